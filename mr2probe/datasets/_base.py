@@ -1,0 +1,62 @@
+"""The dataset registry and the two small types every dataset entry returns.
+
+An entry is a function ``build(root: Path | None, download: bool) -> ImageDataset`` registered with
+``@DATASETS.register("name")``. Labels are available without decoding images (``split.labels``), images are
+decoded one at a time (``split.image(i)`` → RGB PIL image) so extraction can shard, resume and stream.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+from ..errors import UserError
+from ..registry import Registry
+
+
+@dataclass
+class ImageSplit:
+    """One split: ``labels[i]`` is the class of ``image(i)``; ``len(split)`` samples."""
+
+    labels: np.ndarray  # int64 [N]
+    load: Callable[[int], Image.Image]  # i -> image (any mode; converted to RGB by image())
+
+    def __len__(self) -> int:
+        return int(len(self.labels))
+
+    def image(self, i: int) -> Image.Image:
+        img = self.load(int(i))
+        return img if img.mode == "RGB" else img.convert("RGB")
+
+
+@dataclass
+class ImageDataset:
+    """A named dataset: class names (index = label) and its splits ("train", "test", optional "val")."""
+
+    name: str
+    class_names: list[str]
+    splits: dict[str, ImageSplit]
+    source: str = ""  # where it was read from, for provenance
+    extra: dict = field(default_factory=dict)
+
+    def split(self, name: str) -> ImageSplit:
+        if name not in self.splits:
+            raise UserError(f"dataset {self.name!r} has no split {name!r}; it has: {', '.join(self.splits)}")
+        return self.splits[name]
+
+
+DatasetBuilder = Callable[..., ImageDataset]
+DATASETS: Registry[DatasetBuilder] = Registry("dataset")
+
+
+def require_dir(root: Path | None, what: str) -> Path:
+    """Return ``root`` as a Path or raise a one-line UserError naming the missing folder."""
+    if root is None:
+        raise UserError(f"{what} needs --root DIR (the folder that holds its files)")
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"{what}: data folder {root} does not exist; pass --root to the folder that holds it")
+    return root

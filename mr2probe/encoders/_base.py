@@ -1,0 +1,200 @@
+"""The encoder registry and the Encoder interface.
+
+An entry is a function ``build(arg: str, weights: Path | None) -> Encoder`` registered with
+``@ENCODERS.register("name")`` (exact) or ``@ENCODERS.register("family:")`` (``arg`` = text after the colon).
+Each encoder owns its preprocessing: ``transform`` maps a PIL RGB image to a CHW float tensor, and
+``preprocessing`` describes it (JSON-able) for the feature file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from PIL import Image
+from torchvision import transforms as T
+
+from ..errors import UserError
+from ..featurestore import file_sha256 as sha256_file
+from ..registry import Registry
+
+
+class Encoder(ABC):
+    """A frozen image encoder: ``encode(batch[B,3,H,W]) -> features[B, dim]``."""
+
+    name: str
+    dim: int
+    preprocessing: dict[str, Any]
+    weights_sha256: str | None = None
+    device: torch.device = torch.device("cpu")
+
+    def transform(self, img: Image.Image) -> torch.Tensor:
+        return self._transform(img)
+
+    @abstractmethod
+    def encode(self, batch: torch.Tensor) -> torch.Tensor:
+        """Features of a preprocessed batch (already on ``self.device``), float, shape [B, dim]."""
+
+    def to(self, device: torch.device | str) -> "Encoder":
+        self.device = torch.device(device)
+        return self
+
+
+class TorchEncoder(Encoder):
+    """An ``nn.Module`` whose forward returns [B, dim] features; eval mode, inference only, optional autocast."""
+
+    def __init__(self, name: str, module: torch.nn.Module, dim: int, preprocessing: dict[str, Any],
+                 weights_sha256: str | None = None) -> None:
+        self.name, self.module, self.dim = name, module.eval(), dim
+        self.preprocessing = preprocessing
+        self.weights_sha256 = weights_sha256
+        self._transform = build_transform(preprocessing)
+        self.amp_dtype: torch.dtype | None = None  # set by the extraction engine on CUDA
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+
+    def to(self, device: torch.device | str) -> "TorchEncoder":
+        super().to(device)
+        self.module.to(self.device)
+        if self.device.type == "cuda":
+            self.module.to(memory_format=torch.channels_last)
+        return self
+
+    @torch.inference_mode()
+    def encode(self, batch: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cuda":
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
+                            enabled=self.amp_dtype is not None):
+            out = self.module(batch)
+        return out.float().flatten(1)
+
+
+def build_transform(pre: dict[str, Any]) -> Callable[[Image.Image], torch.Tensor]:
+    """PIL → tensor from a preprocessing description:
+    ``{"resize": int, "crop": int, "interpolation": "bilinear"|"bicubic", "mean": [3], "std": [3]}``.
+    ``x = (pixel/255 - mean) / std``; e.g. EfficientNet-Lite's (x − 127)/128 is mean 127/255, std 128/255."""
+    interp = T.InterpolationMode(pre.get("interpolation", "bilinear"))
+    return T.Compose([
+        T.Resize(pre["resize"], interpolation=interp),
+        T.CenterCrop(pre["crop"]),
+        T.ToTensor(),
+        T.Normalize(pre["mean"], pre["std"]),
+    ])
+
+
+def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Load a checkpoint safely (``weights_only=True``: no pickled code runs); unwrap ``state_dict``/``model``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"weights file {path} not found")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure is a bad file, reported in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"refusing to load {path}: not a plain tensor checkpoint ({first[:200]})") from None
+    for key in ("state_dict", "model", "module"):
+        if isinstance(obj, dict) and key in obj and isinstance(obj[key], dict):
+            obj = obj[key]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise UserError(f"{path} does not hold a state dict of tensors")
+    return obj
+
+
+EncoderBuilder = Callable[..., Encoder]
+ENCODERS: Registry[EncoderBuilder] = Registry("encoder")
+
+
+class OnnxEncoder(Encoder):
+    """An ONNX image encoder run by onnxruntime: input [B,3,H,W] float32 → output [B, dim] (CLS / pooled).
+
+    ``output`` names the graph tensor to read (a cut inside the graph is allowed: the graph is truncated
+    there first); ``token`` picks one token of a [B, T, C] output (0 = CLS)."""
+
+    def __init__(self, name: str, model_path: Path, preprocessing: dict[str, Any], output: str | None = None,
+                 token: int | None = None, weights_sha256: str | None = None, threads: int = 0) -> None:
+        import onnxruntime as ort
+
+        self.name, self.preprocessing, self.token = name, preprocessing, token
+        self.weights_sha256 = weights_sha256 or sha256_file(model_path)
+        self._transform = build_transform(preprocessing)
+        model_bytes = _truncate_onnx(model_path, output) if output else Path(model_path).read_bytes()
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = threads
+        try:
+            self.session = ort.InferenceSession(model_bytes, opts, providers=_ort_providers())
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise UserError(f"cannot load ONNX model {model_path}: {str(e).splitlines()[0][:160]}") from None
+        self.input_name = self.session.get_inputs()[0].name
+        size = preprocessing["crop"]
+        self.dim = int(self.encode(torch.zeros(1, 3, size, size)).shape[1])
+
+    def encode(self, batch: torch.Tensor) -> torch.Tensor:
+        out = self.session.run(None, {self.input_name: batch.detach().cpu().float().numpy()})[0]
+        out = torch.from_numpy(out)
+        if self.token is not None and out.ndim == 3:
+            out = out[:, self.token]
+        return out.float().flatten(1)
+
+
+def _ort_providers() -> list[str]:
+    import onnxruntime as ort
+
+    avail = ort.get_available_providers()
+    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in avail]
+
+
+def _truncate_onnx(model_path: Path, output: str) -> bytes:
+    """The model's graph cut so that tensor ``output`` is the only graph output."""
+    import onnx
+    from onnx import utils as onnx_utils
+
+    model = onnx.load(str(model_path))
+    inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    produced = {o for n in model.graph.node for o in n.output}
+    if output not in produced:
+        raise UserError(f"{model_path} has no tensor named {output!r} to cut the graph at")
+    cut = onnx_utils.Extractor(model).extract_model(inputs, [output])
+    return cut.SerializeToString()
+
+
+def export_onnx(encoder: TorchEncoder) -> Path:
+    """Export a TorchEncoder's module to ONNX once (cached by name + weights hash) for the CPU runtime."""
+    import warnings
+
+    cache = Path(os.environ.get("MR2PROBE_CACHE", Path.home() / ".cache" / "mr2probe")) / "onnx"
+    cache.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(f"{encoder.name}|{encoder.weights_sha256}|{json.dumps(encoder.preprocessing)}"
+                         .encode()).hexdigest()[:16]
+    path = cache / f"{encoder.name.replace('/', '_').replace(':', '_')}-{key}.onnx"
+    if not path.exists():
+        size = encoder.preprocessing["crop"]
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(encoder.module.cpu(), torch.zeros(2, 3, size, size), str(tmp), input_names=["x"],
+                              output_names=["features"], dynamic_axes={"x": {0: "b"}}, dynamo=False)
+        os.replace(tmp, path)
+    return path
+
+
+def cpu_runtime(encoder: Encoder, runtime: str) -> Encoder:
+    """On CPU, run a TorchEncoder through onnxruntime when ``runtime`` is "onnx" (or "auto" and onnxruntime
+    is installed): depthwise-conv and ViT graphs run several times faster there than in eager PyTorch."""
+    if runtime == "torch" or not isinstance(encoder, TorchEncoder) or encoder.device.type != "cpu":
+        return encoder
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        if runtime == "onnx":
+            raise UserError("--runtime onnx needs: pip install onnxruntime onnx") from None
+        return encoder
+    onnx_enc = OnnxEncoder(encoder.name, export_onnx(encoder), encoder.preprocessing,
+                           weights_sha256=encoder.weights_sha256)
+    onnx_enc.preprocessing = dict(encoder.preprocessing, runtime="onnxruntime")
+    return onnx_enc
