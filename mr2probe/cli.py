@@ -122,6 +122,115 @@ def info(file: Path = typer.Argument(..., help="Feature file (.h5)."),
             typer.echo(f"    {key} = {v}")
 
 
+def _floats(text: str, flag: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated numbers, got {text!r}") from None
+
+
+def _method_params(items: list[str]) -> dict[str, dict]:
+    """``--set mr2.p=2 --set focal.gamma=1`` → {"mr2": {"p": 2.0}, "focal": {"gamma": 1.0}}."""
+    out: dict[str, dict] = {}
+    for item in items:
+        try:
+            lhs, value = item.split("=", 1)
+            method, key = lhs.split(".", 1)
+        except ValueError:
+            raise UserError(f"--set takes METHOD.PARAM=VALUE, got {item!r}") from None
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        out.setdefault(method, {})[key] = parsed
+    return out
+
+
+@app.command()
+@guarded("rerun the same command to resume: finished seeds are kept in OUT/parts")
+def train(
+    features: Optional[Path] = typer.Option(None, "--features", "-f", help="Feature file (.h5). Default: the "
+                                            "bundled Fashion-MNIST × EfficientNet-Lite0 subset."),
+    out: Path = typer.Option(Path("runs/default"), "--out", "-o", help="Run folder for results.json, tables."),
+    methods: str = typer.Option("ce,mr2", "--methods", "-m", help="Comma-separated methods (see `mr2probe "
+                                "methods`), or 'all'."),
+    head: str = typer.Option("linear", "--head", help="Probe head: linear or cosine."),
+    adapter: str = typer.Option("none", "--adapter", help="Trainable adapter before the head: none, linear, mlp."),
+    width: int = typer.Option(256, "--width", help="Adapter output width."),
+    scale: float = typer.Option(16.0, "--scale", help="Cosine head scale s."),
+    learn_scale: bool = typer.Option(False, "--learn-scale", help="Make the cosine scale trainable."),
+    seeds: int = typer.Option(3, "--seeds", help="Number of seeds (0..N-1); each seed fixes init and data order."),
+    epochs: int = typer.Option(30, "--epochs", help="Training epochs (fixed; no epoch is picked on test)."),
+    batch_size: int = typer.Option(512, "--batch-size", help="Training batch size."),
+    lr: str = typer.Option("1e-3,1e-2", "--lr", help="Learning-rate grid (comma-separated), selected on val."),
+    wd: str = typer.Option("1e-4,1e-1", "--wd", help="AdamW weight-decay grid (comma-separated), selected on val."),
+    no_method_grid: bool = typer.Option(False, "--no-method-grid", help="Search only lr × wd, not the methods' "
+                                        "own grids (e.g. MR2's c̄)."),
+    set_: list[str] = typer.Option([], "--set", help="Fix a method hyperparameter: METHOD.PARAM=VALUE "
+                                   "(e.g. mr2.p=5, mr2.lam=0.5, mr2.stats=ema); repeatable."),
+    select: str = typer.Option("acc", "--select", help="Val score for the grid: acc (overall) or macc "
+                               "(mean per-class)."),
+    val_fraction: float = typer.Option(0.1, "--val-fraction", help="Stratified hold-out of train when the "
+                                       "file has no val split."),
+    reference: str = typer.Option("ce", "--reference", help="Method that defines hard/medium/easy groups."),
+    device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Train probes with the chosen methods and seeds on cached features; writes results.json and the table."""
+    from .experiment import ExperimentConfig, run_experiment
+    from .heads import ProbeConfig
+    from .methods import METHODS
+    from .report import write_report
+    from .trainer import TrainConfig
+
+    if features is None:
+        features = default_features()
+        typer.echo(f"no --features given: using the bundled file {features}", err=True)
+    names = METHODS.names() if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m.strip()]
+    if seeds < 1:
+        raise UserError(f"--seeds must be ≥ 1, got {seeds}")
+    probe = ProbeConfig(head=head, adapter=adapter, width=width, scale=scale, learn_scale=learn_scale)
+    tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lrs=_floats(lr, "--lr"), weight_decays=_floats(wd, "--wd"),
+                       method_params=_method_params(set_), use_method_grids=not no_method_grid, probe=probe,
+                       device=device, progress=not quiet)
+    cfg = ExperimentConfig(features=features, out=out, methods=names, seeds=list(range(seeds)), select=select,
+                           val_fraction=val_fraction, reference=reference, train=tcfg)
+    run_experiment(cfg)
+    typer.echo(write_report(out))
+    typer.echo(f"wrote {out}/results.json, table.md, table.csv")
+
+
+def default_features() -> Path:
+    """The bundled real feature file (Fashion-MNIST × EfficientNet-Lite0, stratified subset)."""
+    from importlib import resources
+
+    return Path(str(resources.files("mr2probe") / "data" / "fmnist-effl0-small.h5"))
+
+
+@app.command()
+@guarded()
+def report(run_dirs: list[Path] = typer.Argument(..., help="Run folder(s) holding results.json."),
+           groups_on: str = typer.Option("test", "--groups-on", help="Rank classes on test or val accuracy of "
+                                         "the reference.")) -> None:
+    """Rebuild the tables (table.md, table.csv, summary.json) from results.json, without training."""
+    from .report import write_report
+
+    for d in run_dirs:
+        typer.echo(write_report(d, groups_on))
+
+
+@app.command()
+def methods() -> None:
+    """List the registered training methods (losses) with their default hyperparameters."""
+    from .methods import METHODS
+
+    for name, doc in METHODS.describe().items():
+        cls = METHODS.get(name)
+        typer.echo(f"{name:<18} {doc}")
+        if cls.defaults:
+            typer.echo(f"{'':<18}   defaults: {json.dumps(cls.defaults)}  grid: {json.dumps(cls.grid)}")
+
+
 @app.command()
 def encoders() -> None:
     """List the registered encoders (exact names and name families such as clip:ARCH/TAG)."""

@@ -1,0 +1,230 @@
+"""The train stage: feature file → runs of every (method, seed) with the grid selected on val → results.json.
+
+Protocol (../shared/spec/protocol.md): val is the file's val split, else a stratified hold-out of train
+(``val_fraction``, fixed ``val_seed``, the same for every run). For each (method, seed) the grid point with
+the best val score (``select``: "acc" overall or "macc" mean per-class accuracy) is kept and evaluated once on
+test. Each seed's stack is saved to ``RUN_DIR/parts/`` as soon as it finishes, so a killed run resumes
+without retraining finished seeds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import __version__
+from .errors import UserError
+from .featurestore import FeatureSet, check_classes_covered, file_sha256, read_features
+from .metrics import per_class_accuracy
+from .methods import METHODS
+from .progress import console
+from .trainer import TrainConfig, TrainData, expand_runs, pick_device, train_stack
+
+SELECT_METRICS = ("acc", "macc")
+
+
+@dataclass
+class ExperimentConfig:
+    """Everything ``mr2probe train`` takes besides the probe/trainer settings."""
+
+    features: Path
+    out: Path
+    methods: list[str] = field(default_factory=lambda: ["ce", "mr2"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    select: str = "acc"
+    val_fraction: float = 0.1
+    val_seed: int = 0
+    reference: str = "ce"
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def check(self) -> None:
+        self.train.check()
+        for m in self.methods:
+            METHODS.get(m)
+        if not self.methods:
+            raise UserError("--methods is empty")
+        if not self.seeds:
+            raise UserError("--seeds must be ≥ 1")
+        if self.select not in SELECT_METRICS:
+            raise UserError(f"--select must be one of {', '.join(SELECT_METRICS)}, got {self.select!r}")
+        if not 0 < self.val_fraction < 1:
+            raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+
+
+def holdout_val(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified split of positions into (train, val): ⌈fraction·n_k⌉ of each class (≥ 1 kept for train)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(y))
+    order = order[np.argsort(y[order], kind="stable")]  # grouped by class, random within class
+    cls = y[order]
+    first = np.searchsorted(cls, cls, side="left")
+    counts = np.bincount(y)
+    rank = np.arange(len(y)) - first
+    n_val = np.minimum(np.ceil(fraction * counts).astype(int), np.maximum(counts - 1, 0))
+    is_val = rank < n_val[cls]
+    return np.sort(order[~is_val]), np.sort(order[is_val])
+
+
+def prepare_data(fs: FeatureSet, cfg: ExperimentConfig, device: torch.device
+                 ) -> tuple[TrainData, tuple[torch.Tensor, torch.Tensor], dict[str, Any]]:
+    """Tensors for training, validation and test, and a description of where val came from."""
+    def t(a: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(a, dtype=dtype, device=device)
+
+    tr = fs.splits["train"]
+    if "val" in fs.splits:
+        val = fs.splits["val"]
+        vx, vy, x, y = val.features, val.labels, tr.features, tr.labels
+        source = "file"
+    else:
+        keep, held = holdout_val(tr.labels, cfg.val_fraction, cfg.val_seed)
+        x, y, vx, vy = tr.features[keep], tr.labels[keep], tr.features[held], tr.labels[held]
+        source = f"stratified {cfg.val_fraction:.0%} of train (seed {cfg.val_seed})"
+    te = fs.splits["test"]
+    data = TrainData(t(x), t(y, torch.long), t(vx), t(vy, torch.long), fs.num_classes)
+    sizes = {"train": int(len(y)), "val": int(len(vy)), "test": int(len(te.labels)), "val_source": source}
+    return data, (t(te.features), t(te.labels, torch.long)), sizes
+
+
+def _score(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.ndarray:
+    """Val score of every head: logits [H, n, K] → [H]."""
+    correct = (logits.argmax(-1) == y).float()  # [H, n]
+    if select == "acc":
+        return correct.mean(1).cpu().numpy()
+    onehot = torch.nn.functional.one_hot(y, k).float()  # [n, K]
+    return ((correct @ onehot) / onehot.sum(0)).mean(1).cpu().numpy()
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def atomic_json(path: Path, obj: Any) -> None:
+    _atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=1, default=str) + "\n"))
+
+
+def atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Save arrays whose keys may contain "/" (stored as "__")."""
+    def write(p: Path) -> None:
+        with open(p, "wb") as f:
+            np.savez_compressed(f, **{k.replace("/", "__"): v for k, v in arrays.items()})
+
+    _atomic_write(path, write)
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k.replace("__", "/"): z[k] for k in z.files}
+
+
+def _config_key(cfg: ExperimentConfig, features_hash: str) -> str:
+    blob = json.dumps({"features": features_hash, "methods": cfg.methods, "train": asdict(cfg.train),
+                       "select": cfg.select, "val": [cfg.val_fraction, cfg.val_seed]}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def train_seed(data: TrainData, test: tuple[torch.Tensor, torch.Tensor], cfg: ExperimentConfig, seed: int,
+               log) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test."""
+    specs = expand_runs(cfg.methods, [seed], cfg.train)
+    t0 = time.time()
+    trained = train_stack(data, specs, cfg.train, log, description=f"train {len(cfg.methods)} methods")
+    wall = time.time() - t0
+    val_logits = trained.predict(data.val_x)
+    scores = _score(val_logits, data.val_y, data.num_classes, cfg.select)
+    runs, preds = [], {}
+    for method in cfg.methods:
+        heads = [i for i, s in enumerate(trained.specs) if s.method == method]
+        best = heads[int(np.argmax(scores[heads]))]  # first best on ties
+        test_pred = trained.predict(test[0], [best])[0].argmax(-1).cpu().numpy()
+        val_pred = val_logits[best].argmax(-1).cpu().numpy()
+        yt, yv = test[1].cpu().numpy(), data.val_y.cpu().numpy()
+        acc = per_class_accuracy(test_pred, yt, data.num_classes)
+        run = {"method": method, "seed": seed, "hparams": trained.specs[best].params,
+               "val_score": float(scores[best]), "select": cfg.select,
+               "test_acc": float((test_pred == yt).mean()),
+               "per_class_acc": acc.tolist(),
+               "val_per_class_acc": per_class_accuracy(val_pred, yv, data.num_classes).tolist(),
+               "grid": [{"hparams": trained.specs[i].params, "val_score": float(scores[i])} for i in heads],
+               "stack_wall_time_s": round(wall, 2), **trained.info[best]}
+        runs.append(run)
+        preds[f"{method}/{seed}"] = test_pred.astype(np.int16 if data.num_classes < 32000 else np.int32)
+    return runs, preds
+
+
+def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Train every (method, seed), write RUN_DIR/results.json and predictions.npz; return the results."""
+    cfg.check()
+    t_start = time.time()
+    fs = read_features(cfg.features)
+    check_classes_covered(fs)
+    device = pick_device(cfg.train.device)
+    data, test, sizes = prepare_data(fs, cfg, device)
+    features_hash = file_sha256(cfg.features)
+    out = Path(cfg.out)
+    try:
+        (out / "parts").mkdir(parents=True, exist_ok=True)
+        probe_file = out / f".write-test-{os.getpid()}"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to output folder {out}: {e.strerror}") from None
+    key = _config_key(cfg, features_hash)
+    notes: list[str] = []
+
+    def log(msg: str) -> None:
+        if msg not in notes:
+            notes.append(msg)
+            console.print(f"[dim]{msg}[/dim]")
+
+    runs: list[dict[str, Any]] = []
+    preds: dict[str, np.ndarray] = {}
+    for seed in cfg.seeds:
+        part = out / "parts" / f"seed{seed}-{key}.json"
+        part_npz = out / "parts" / f"seed{seed}-{key}.npz"
+        if part.exists() and part_npz.exists():
+            log(f"seed {seed}: already trained ({part.name}), kept")
+            seed_runs = json.loads(part.read_text())["runs"]
+            seed_preds = load_npz(part_npz)
+        else:
+            seed_runs, seed_preds = train_seed(data, test, cfg, seed, log)
+            atomic_npz(part_npz, seed_preds)
+            atomic_json(part, {"key": key, "runs": seed_runs})
+        runs += seed_runs
+        preds.update(seed_preds)
+    order = {m: i for i, m in enumerate(cfg.methods)}
+    runs.sort(key=lambda r: (order[r["method"]], r["seed"]))
+    results = {
+        "mr2probe_version": __version__,
+        "class_names": fs.class_names,
+        "test_class_counts": np.bincount(test[1].cpu().numpy(), minlength=fs.num_classes).tolist(),
+        "reference": cfg.reference if cfg.reference in cfg.methods else cfg.methods[0],
+        "head": cfg.train.probe.head, "adapter": cfg.train.probe.adapter,
+        "config": {"methods": cfg.methods, "seeds": cfg.seeds, "select": cfg.select,
+                   "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train)},
+        "provenance": {
+            "features": str(cfg.features), "features_sha256": features_hash, "encoder": fs.encoder,
+            "dataset": fs.dataset, "feature_dim": fs.dim, "splits": sizes,
+            "feature_file_attrs": {k: v for k, v in fs.attrs.items() if k != "class_names"},
+            "torch": str(torch.__version__), "numpy": np.__version__, "mr2probe": __version__,
+            "python": platform.python_version(), "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+            "wall_time_s": round(time.time() - t_start, 2), "command": " ".join(sys.argv),
+        },
+        "notes": notes,
+        "runs": runs,
+    }
+    atomic_npz(out / "predictions.npz", {"test_labels": test[1].cpu().numpy(), **preds})
+    atomic_json(out / "results.json", results)
+    return results

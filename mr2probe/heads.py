@@ -1,0 +1,171 @@
+"""Probes: an optional trainable adapter g followed by a head h, stacked over H independent runs.
+
+Every parameter carries a leading head axis, so the heads of many runs (method × seed × grid point) are
+evaluated together: with no adapter, one matrix product ``x @ W.view(H·K, D)ᵀ`` gives all logits.
+
+Heads (``HEADS``):   linear  h(z) = W z + b
+                     cosine  h(z)_k = s · <w_k/‖w_k‖, z/‖z‖>   (s fixed or learnable)
+Adapters (``ADAPTERS``): none (identity), linear (A x + a), mlp (A₂ relu(A₁ x + a₁) + a₂).
+The representation MR2 regularises is what the classifier sees: z for linear heads, z/‖z‖ for cosine heads.
+Each head is initialised from its own seed (PyTorch's nn.Linear rule, U(±1/√fan_in)), so a head trained
+inside a stack starts exactly where it would start alone.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .errors import UserError
+from .registry import Registry
+
+
+@dataclass
+class ProbeConfig:
+    """What the probe looks like (the same for every head of a stack)."""
+
+    head: str = "linear"  # linear | cosine
+    adapter: str = "none"  # none | linear | mlp
+    width: int = 256  # adapter output width d
+    scale: float = 16.0  # cosine head scale s
+    learn_scale: bool = False  # make s trainable (per head)
+
+    def check(self) -> None:
+        HEADS.get(self.head)
+        ADAPTERS.get(self.adapter)
+        if self.width < 1:
+            raise UserError(f"--width must be ≥ 1, got {self.width}")
+        if not self.scale > 0:
+            raise UserError(f"--scale must be > 0, got {self.scale}")
+
+
+def _uniform(shape: tuple[int, ...], fan_in: int, gen: torch.Generator) -> torch.Tensor:
+    bound = 1.0 / math.sqrt(fan_in)
+    return torch.rand(shape, generator=gen) * (2 * bound) - bound
+
+
+def _stacked(seeds: list[int], salt: int, shape: tuple[int, ...], fan_in: int) -> torch.Tensor:
+    """One tensor [H, *shape], head h drawn from a generator seeded by (seed_h, salt)."""
+    return torch.stack([_uniform(shape, fan_in, torch.Generator().manual_seed(s * 1000 + salt)) for s in seeds])
+
+
+class Adapter:
+    """Base: ``init(seeds, D, width) -> params``; ``forward(x [B, D], params) -> z [H or 1, B, d]``."""
+
+    def out_dim(self, in_dim: int, width: int) -> int:
+        return width
+
+    def init(self, seeds: list[int], in_dim: int, width: int) -> dict[str, torch.Tensor]:
+        return {}
+
+
+class Head:
+    """Base: ``init(seeds, K, d, cfg)`` and ``logits(z [H|1, B, d], params) -> [H, B, K]``."""
+
+    def represent(self, z: torch.Tensor) -> torch.Tensor:
+        return z
+
+
+ADAPTERS: Registry[type[Adapter]] = Registry("adapter")
+HEADS: Registry[type[Head]] = Registry("head")
+
+
+@ADAPTERS.register("none", help="identity: the probe sees the frozen features")
+class NoAdapter(Adapter):
+    def out_dim(self, in_dim: int, width: int) -> int:
+        return in_dim
+
+    def forward(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        return x.unsqueeze(0)
+
+
+@ADAPTERS.register("linear", help="trainable linear map D → width")
+class LinearAdapter(Adapter):
+    def init(self, seeds: list[int], in_dim: int, width: int) -> dict[str, torch.Tensor]:
+        return {"A": _stacked(seeds, 1, (in_dim, width), in_dim), "a": _stacked(seeds, 2, (width,), in_dim)}
+
+    def forward(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        h, d = p["a"].shape
+        return (x @ p["A"].permute(1, 0, 2).reshape(x.shape[1], h * d)).view(-1, h, d).transpose(0, 1) \
+            + p["a"][:, None, :]
+
+
+@ADAPTERS.register("mlp", help="trainable 2-layer MLP D → width → width (ReLU)")
+class MLPAdapter(LinearAdapter):
+    def init(self, seeds: list[int], in_dim: int, width: int) -> dict[str, torch.Tensor]:
+        return {**super().init(seeds, in_dim, width), "A2": _stacked(seeds, 3, (width, width), width),
+                "a2": _stacked(seeds, 4, (width,), width)}
+
+    def forward(self, x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.baddbmm(p["a2"][:, None, :], F.relu(super().forward(x, p)), p["A2"])
+
+
+def _affine(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """[H|1, B, d] × W [H, K, d] (+ b [H, K]) → [H, B, K]; one GEMM when z is shared by all heads."""
+    h, k, d = w.shape
+    if z.shape[0] == 1:
+        out = (z[0] @ w.reshape(h * k, d).T).view(-1, h, k).transpose(0, 1)
+        return out if b is None else out + b[:, None, :]
+    return torch.bmm(z, w.transpose(1, 2)) if b is None else torch.baddbmm(b[:, None, :], z, w.transpose(1, 2))
+
+
+@HEADS.register("linear", help="h(z) = W z + b")
+class LinearHead(Head):
+    def init(self, seeds: list[int], k: int, d: int, cfg: ProbeConfig) -> dict[str, torch.Tensor]:
+        return {"W": _stacked(seeds, 5, (k, d), d), "b": _stacked(seeds, 6, (k,), d)}
+
+    def logits(self, z: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        return _affine(z, p["W"], p["b"])
+
+
+@HEADS.register("cosine", help="h(z)_k = s · cos(w_k, z), scale s (--scale, --learn-scale)")
+class CosineHead(Head):
+    def init(self, seeds: list[int], k: int, d: int, cfg: ProbeConfig) -> dict[str, torch.Tensor]:
+        p = {"W": _stacked(seeds, 5, (k, d), d)}
+        p["log_s" if cfg.learn_scale else "_log_s"] = torch.full((len(seeds),), math.log(cfg.scale))
+        return p
+
+    def represent(self, z: torch.Tensor) -> torch.Tensor:
+        return F.normalize(z, dim=-1)
+
+    def logits(self, z: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``z`` is already normalised (``represent``)."""
+        s = (p["log_s"] if "log_s" in p else p["_log_s"]).exp()
+        return s[:, None, None] * _affine(z, F.normalize(p["W"], dim=-1), None)
+
+
+class ProbeStack(torch.nn.Module):
+    """H probes with the same shape: ``forward(x [B, D]) -> (representation [H|1, B, d], logits [H, B, K])``.
+
+    Parameters whose name starts with ``_`` are fixed buffers (e.g. a non-learnable cosine scale)."""
+
+    def __init__(self, cfg: ProbeConfig, in_dim: int, num_classes: int, seeds: list[int]) -> None:
+        super().__init__()
+        cfg.check()
+        self.cfg, self.num_heads = cfg, len(seeds)
+        self.adapter, self.head = ADAPTERS.get(cfg.adapter)(), HEADS.get(cfg.head)()
+        self.out_dim = self.adapter.out_dim(in_dim, cfg.width)
+        params = {**{f"adapter_{n}": t for n, t in self.adapter.init(seeds, in_dim, cfg.width).items()},
+                  **{f"head_{n}": t for n, t in self.head.init(seeds, num_classes, self.out_dim, cfg).items()}}
+        for name, t in params.items():
+            if name.split("_", 1)[1].startswith("_"):
+                self.register_buffer(name, t)
+            else:
+                self.register_parameter(name, torch.nn.Parameter(t))
+
+    def _group(self, prefix: str) -> dict[str, torch.Tensor]:
+        items = list(self.named_parameters()) + list(self.named_buffers())
+        return {n[len(prefix):]: t for n, t in items if n.startswith(prefix)}
+
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head.represent(self.adapter.forward(x, self._group("adapter_")))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.represent(x)
+        return z, self.head.logits(z, self._group("head_"))
+
+    def select(self, heads: slice | list[int]) -> dict[str, torch.Tensor]:
+        """A copy of the parameters of some heads (for saving a selected run)."""
+        return {n: t.detach()[heads].clone() for n, t in self.state_dict().items()}

@@ -1,0 +1,9 @@
+"""Method registry: ``METHODS.get("mr2")``, ``METHODS.names()``; one file per method (or family)."""
+from __future__ import annotations
+
+from .. import plugins
+from ._base import METHODS, Batch, FitContext, Method, per_head_ce
+
+plugins.import_all(__import__(__name__, fromlist=["_"]))
+
+__all__ = ["METHODS", "Batch", "FitContext", "Method", "per_head_ce"]

@@ -1,0 +1,100 @@
+"""The method registry and the interface every training objective (CE, MR2, the baselines) implements.
+
+A method instance serves a contiguous slice of h heads of a probe stack that share the method but may differ
+in hyperparameters (grid points) — so every hyperparameter is read per head, as a tensor of shape [h]
+(``self.hp("name")``), and ``loss`` returns one loss per head, shape [h]. The trainer sums the heads' losses
+and takes one backward pass: heads have disjoint parameters, so each head gets exactly its own gradient.
+
+To add a method: one file in mr2probe/methods/ with a ``Method`` subclass decorated by
+``@METHODS.register("name")``; give it ``defaults`` (every hyperparameter with its default) and a small
+``grid`` (values searched on val, on top of the trainer's lr × weight-decay grid).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+
+import torch
+
+from ..registry import Registry
+
+if TYPE_CHECKING:
+    from ..heads import ProbeConfig
+
+
+@dataclass
+class Batch:
+    """One training batch as a method sees it (only its own heads)."""
+
+    logits: torch.Tensor  # [h, B, K]
+    rep: torch.Tensor  # [h or 1, B, d]: the representation the classifier sees (1 = shared, no adapter)
+    y: torch.Tensor  # [B] labels
+    idx: torch.Tensor  # [B] positions in the training set (for per-sample weights)
+
+
+@dataclass
+class FitContext:
+    """What a method may use besides the batch: the training data and views of its own heads."""
+
+    x: torch.Tensor  # [N, D] training features (device)
+    y: torch.Tensor  # [N] training labels
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    num_classes: int
+    probe: "ProbeConfig"
+    epochs: int
+    batch_size: int
+    rep_dim: int  # d, the width of the representation
+    represent_train: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]  # no-grad (rep [h,b,d], y) chunks
+    predict: Callable[[torch.Tensor], torch.Tensor]  # features [n, D] -> logits [h, n, K], no grad
+    train_aux: Callable[[str, list[dict[str, Any]], int], torch.Tensor]  # (method, hparams, epochs) -> train logits
+    log: Callable[[str], None]
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """n_k: training samples per class (float, [K])."""
+        return torch.bincount(self.y, minlength=self.num_classes).to(self.x.dtype)
+
+
+class Method:
+    """Base class. Override ``loss``; optionally ``prepare``, ``on_epoch_start``, ``extra_parameters``, ``info``."""
+
+    name: ClassVar[str] = ""
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list]] = {}
+    needs_adapter: ClassVar[bool] = False  # refuse to run without a trainable adapter
+
+    def __init__(self, hparams: list[dict[str, Any]], ctx: FitContext) -> None:
+        self.hparams, self.ctx, self.h = hparams, ctx, len(hparams)
+
+    def hp(self, key: str) -> torch.Tensor:
+        """Hyperparameter ``key`` of each head, float tensor [h] on the training device."""
+        return torch.tensor([float(hp[key]) for hp in self.hparams], dtype=self.ctx.x.dtype,
+                            device=self.ctx.x.device)
+
+    def prepare(self) -> None:
+        """Once, before the first epoch (e.g. class statistics of frozen features, JTT's first stage)."""
+
+    def on_epoch_start(self, epoch: int) -> None:
+        """At the start of every epoch (e.g. statistics under a trainable adapter, DRO/CDB weights)."""
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """Per-head training loss [h] (mean over the batch)."""
+        raise NotImplementedError
+
+    def extra_parameters(self) -> list[torch.Tensor]:
+        """Method-owned trainable tensors with leading axis h (optimised with the heads' lr and wd)."""
+        return []
+
+    def info(self) -> list[dict[str, Any]]:
+        """Per-head extra results (e.g. MR2's margins), JSON-able; stored in results.json."""
+        return [{} for _ in range(self.h)]
+
+
+def per_head_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of every sample under every head: logits [h, B, K], y [B] → [h, B]."""
+    return torch.nn.functional.cross_entropy(logits.transpose(1, 2), y.expand(logits.shape[0], -1),
+                                             reduction="none")
+
+
+METHODS: Registry[type[Method]] = Registry("method")

@@ -1,0 +1,198 @@
+"""The trainer: many probe heads trained together on cached features (one stack per seed).
+
+All runs that share a seed (every method × grid point) form one ``ProbeStack``: one matrix product evaluates
+all their logits on a batch, each method computes its heads' losses vectorised, one backward pass, and a
+``StackedAdamW`` step with per-head lr and weight decay. A run's seed fixes both its initialisation and its
+data order, so a head trained inside a stack follows the same trajectory as trained alone (up to float
+rounding of the larger product).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .errors import UserError
+from .heads import ProbeConfig, ProbeStack
+from .methods import METHODS, Batch, FitContext, Method
+from .optim import StackedAdamW
+from .progress import progress_bar
+
+EVAL_CHUNK = 8192
+
+
+@dataclass
+class TrainConfig:
+    """Training settings shared by all runs. Grid: lr × weight decay, plus each method's own ``grid``."""
+
+    epochs: int = 30
+    batch_size: int = 512
+    lrs: tuple[float, ...] = (1e-3, 1e-2)
+    weight_decays: tuple[float, ...] = (1e-4, 1e-1)
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # fixed overrides per method
+    use_method_grids: bool = True
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    device: str | None = None
+    progress: bool = True
+
+    def check(self) -> None:
+        self.probe.check()
+        if self.epochs < 1:
+            raise UserError(f"--epochs must be ≥ 1, got {self.epochs}")
+        if self.batch_size < 2:
+            raise UserError(f"--batch-size must be ≥ 2, got {self.batch_size}")
+        if not self.lrs or any(not lr > 0 for lr in self.lrs):
+            raise UserError(f"--lr values must be > 0, got {list(self.lrs)}")
+        if not self.weight_decays or any(wd < 0 for wd in self.weight_decays):
+            raise UserError(f"--wd values must be ≥ 0, got {list(self.weight_decays)}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One head: a method with all its hyperparameters (lr and weight_decay included) and a seed."""
+
+    method: str
+    hparams: tuple[tuple[str, Any], ...]
+    seed: int
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.hparams)
+
+
+@dataclass
+class TrainData:
+    """Training and validation tensors on the training device."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    num_classes: int
+
+
+def method_hparams(method: str, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """Every grid point of a method: defaults ⊕ fixed overrides ⊕ (lr × wd × method grid)."""
+    cls = METHODS.get(method)
+    fixed = cfg.method_params.get(method, {})
+    unknown = set(fixed) - set(cls.defaults)
+    if unknown:
+        raise UserError(f"method {method!r} has no hyperparameter {', '.join(sorted(unknown))}; it has: "
+                        f"{', '.join(sorted(cls.defaults)) or 'none'}")
+    grid = {"lr": list(cfg.lrs), "weight_decay": list(cfg.weight_decays)}
+    if cfg.use_method_grids:
+        grid.update({k: v for k, v in cls.grid.items() if k not in fixed})
+    keys = list(grid)
+    return [{**cls.defaults, **fixed, **dict(zip(keys, values))} for values in itertools.product(*grid.values())]
+
+
+def expand_runs(methods: list[str], seeds: list[int], cfg: TrainConfig) -> list[RunSpec]:
+    return [RunSpec(m, tuple(sorted(hp.items())), s) for s in seeds for m in methods for hp in method_hparams(m, cfg)]
+
+
+def pick_device(device: str | None) -> torch.device:
+    return torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass
+class TrainedStack:
+    """The result of training one stack: its runs, the probe and each head's method info."""
+
+    specs: list[RunSpec]
+    probe: ProbeStack
+    info: list[dict[str, Any]]
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor, heads: list[int] | None = None) -> torch.Tensor:
+        """Logits [H, N, K] (or of the chosen heads), evaluated in chunks."""
+        outs = [self.probe(x[i:i + EVAL_CHUNK])[1] for i in range(0, len(x), EVAL_CHUNK)]
+        logits = torch.cat(outs, dim=1)
+        return logits if heads is None else logits[heads]
+
+
+def _slices(specs: list[RunSpec]) -> list[tuple[str, slice]]:
+    """Contiguous (method, heads) slices of a stack whose specs are grouped by method."""
+    out, start = [], 0
+    for method, group in itertools.groupby(specs, key=lambda s: s.method):
+        n = len(list(group))
+        out.append((method, slice(start, start + n)))
+        start += n
+    return out
+
+
+def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
+                log: Callable[[str], None] = lambda m: None, epochs: int | None = None,
+                description: str = "train") -> TrainedStack:
+    """Train the heads of ``specs`` (all with one seed) together; returns the trained stack."""
+    seeds = {s.seed for s in specs}
+    if len(seeds) != 1:
+        raise ValueError("a stack trains runs of one seed")
+    seed = seeds.pop()
+    epochs = epochs or cfg.epochs
+    specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
+    probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs]).to(data.x.device)
+    n = len(data.y)
+    steps_per_epoch = -(-n // cfg.batch_size)
+
+    def make_ctx(sl: slice) -> FitContext:
+        def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            with torch.no_grad():
+                for i in range(0, n, EVAL_CHUNK):
+                    z = probe.represent(data.x[i:i + EVAL_CHUNK])
+                    yield (z if z.shape[0] == 1 else z[sl]), data.y[i:i + EVAL_CHUNK]
+
+        def predict(x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                return torch.cat([probe(x[i:i + EVAL_CHUNK])[1][sl] for i in range(0, len(x), EVAL_CHUNK)], 1)
+
+        def train_aux(method: str, hparams: list[dict[str, Any]], aux_epochs: int) -> torch.Tensor:
+            aux = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
+            trained = train_stack(data, aux, cfg, log, epochs=aux_epochs, description=f"{description} (stage 1)")
+            return trained.predict(data.x)
+
+        return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
+                          probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim,
+                          represent_train=represent_train, predict=predict, train_aux=train_aux, log=log)
+
+    methods: list[tuple[Method, slice]] = []
+    for name, sl in _slices(specs):
+        cls = METHODS.get(name)
+        if cls.needs_adapter and cfg.probe.adapter == "none":
+            raise UserError(f"method {name!r} needs a trainable adapter: pass --adapter linear or mlp")
+        m = cls([s.params for s in specs[sl]], make_ctx(sl))
+        m.name = name
+        methods.append((m, sl))
+    for m, _ in methods:
+        m.prepare()
+
+    lr = torch.tensor([s.params["lr"] for s in specs], dtype=data.x.dtype, device=data.x.device)
+    wd = torch.tensor([s.params["weight_decay"] for s in specs], dtype=data.x.dtype, device=data.x.device)
+    groups = [(list(probe.parameters()), lr, wd)]
+    groups += [(m.extra_parameters(), lr[sl], wd[sl]) for m, sl in methods]
+    opt = StackedAdamW(groups, total_steps=epochs * steps_per_epoch)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    with progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=epochs * steps_per_epoch,
+                      enabled=cfg.progress) as bar:
+        for epoch in range(epochs):
+            for m, _ in methods:
+                m.on_epoch_start(epoch)
+            order = torch.randperm(n, generator=gen).to(data.x.device)
+            for b in range(steps_per_epoch):
+                idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+                xb, yb = data.x[idx], data.y[idx]
+                rep, logits = probe(xb)
+                loss = sum(m.loss(Batch(logits[sl], rep if rep.shape[0] == 1 else rep[sl], yb, idx)).sum()
+                           for m, sl in methods)
+                if not torch.isfinite(loss):
+                    raise UserError(f"training diverged (loss {float(loss)}) at epoch {epoch}; lower --lr")
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                bar.advance()
+    info: list[dict[str, Any]] = [{} for _ in specs]
+    for m, sl in methods:
+        for i, extra in zip(range(sl.start, sl.stop), m.info()):
+            info[i] = extra
+    return TrainedStack(specs=specs, probe=probe, info=info)
