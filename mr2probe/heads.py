@@ -162,9 +162,12 @@ class ProbeStack(torch.nn.Module):
     def represent(self, x: torch.Tensor) -> torch.Tensor:
         return self.head.represent(self.adapter.forward(x, self._group("adapter_")))
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, detach: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``detach`` [H] bool: those heads' classifiers see a detached representation (no gradient reaches
+        the adapter through their loss), as when an adapter is trained by its own objective (SupCon)."""
         z = self.represent(x)
-        return z, self.head.logits(z, self._group("head_"))
+        zh = z if detach is None or z.shape[0] == 1 else torch.where(detach[:, None, None], z.detach(), z)
+        return z, self.head.logits(zh, self._group("head_"))
 
     def select(self, heads: slice | list[int]) -> dict[str, torch.Tensor]:
         """A copy of the parameters of some heads (for saving a selected run)."""

@@ -172,6 +172,10 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     groups = [(list(probe.parameters()), lr, wd)]
     groups += [(m.extra_parameters(), lr[sl], wd[sl]) for m, sl in methods]
     opt = StackedAdamW(groups, total_steps=epochs * steps_per_epoch)
+    detach = torch.zeros(len(specs), dtype=torch.bool, device=data.x.device)
+    for m, sl in methods:
+        detach[sl] = type(m).detach_head_input
+    detach = detach if bool(detach.any()) else None
     gen = torch.Generator(device="cpu").manual_seed(seed)
     with progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=epochs * steps_per_epoch,
                       enabled=cfg.progress) as bar:
@@ -182,7 +186,7 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
             for b in range(steps_per_epoch):
                 idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
                 xb, yb = data.x[idx], data.y[idx]
-                rep, logits = probe(xb)
+                rep, logits = probe(xb, detach)
                 loss = sum(m.loss(Batch(logits[sl], rep if rep.shape[0] == 1 else rep[sl], yb, idx)).sum()
                            for m, sl in methods)
                 if not torch.isfinite(loss):

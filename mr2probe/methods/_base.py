@@ -63,6 +63,7 @@ class Method:
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list]] = {}
     needs_adapter: ClassVar[bool] = False  # refuse to run without a trainable adapter
+    detach_head_input: ClassVar[bool] = False  # the head's loss does not train the adapter (e.g. SupCon)
 
     def __init__(self, hparams: list[dict[str, Any]], ctx: FitContext) -> None:
         self.hparams, self.ctx, self.h = hparams, ctx, len(hparams)
