@@ -132,7 +132,8 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     seed = seeds.pop()
     epochs = epochs or cfg.epochs
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
-    probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs]).to(data.x.device)
+    probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs]).to(
+        device=data.x.device, dtype=data.x.dtype)
     n = len(data.y)
     steps_per_epoch = -(-n // cfg.batch_size)
 
@@ -195,6 +196,7 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
                 loss.backward()
                 opt.step()
                 bar.advance()
+    opt.zero_grad()
     info: list[dict[str, Any]] = [{} for _ in specs]
     for m, sl in methods:
         for i, extra in zip(range(sl.start, sl.stop), m.info()):

@@ -35,7 +35,7 @@ def load_class_folders(root: Path, name: str, split_dirs: dict[str, str], layout
     return ImageDataset(name=name, class_names=classes, splits=splits, source=str(root))
 
 
-@DATASETS.register("imagefolder", help="Your own class folders: --root DIR with train/<class>/*, test/<class>/*[, val/]")
+@DATASETS.register("imagefolder", help="Your class folders: --root DIR with train/<class>/*, test/<class>/*[, val/]")
 def imagefolder(root: Path | None, download: bool = False) -> ImageDataset:
     """Class-folder tree under --root: train/ and test/ (and optional val/) each holding one folder per class."""
     if root is None:

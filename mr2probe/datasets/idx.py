@@ -60,7 +60,10 @@ def idx_dataset(name: str, folder: Path, class_names: list[str]) -> ImageDataset
 
 
 def first_existing(candidates: list[Path | None], what: str) -> Path:
-    """The first folder in ``candidates`` that exists, else a UserError listing where we looked."""
+    """The first folder in ``candidates`` that exists, else a UserError listing where we looked.
+    An explicit ``--root`` (the first candidate) must exist: it is never silently replaced by a default."""
+    if candidates and candidates[0] is not None and not Path(candidates[0]).is_dir():
+        raise UserError(f"{what}: --root {candidates[0]} does not exist")
     for c in candidates:
         if c is not None and Path(c).is_dir():
             return Path(c)

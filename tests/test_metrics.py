@@ -1,0 +1,53 @@
+"""Metrics on a hand-made accuracy vector (protocol.md), K not divisible by 3."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mr2probe.metrics import bootstrap_all_hard, class_groups, disparity_row, per_class_accuracy
+
+
+def test_groups_and_columns_k7() -> None:
+    acc = np.array([0.9, 0.2, 0.5, 0.8, 0.4, 1.0, 0.6])
+    g = class_groups(acc)
+    # K = 7: hard and easy get ⌊7/3⌋ = 2 classes, medium the other 3
+    assert g.hard.tolist() == [1, 4] and g.easy.tolist() == [0, 5] and g.medium.tolist() == [2, 3, 6]
+    row = disparity_row(acc, g, np.ones(7))
+    assert row["Hard"] == pytest.approx(30.0)  # (0.2 + 0.4) / 2
+    assert row["Easy"] == pytest.approx(95.0)  # (0.9 + 1.0) / 2
+    assert row["Medium"] == pytest.approx(100 * (0.5 + 0.8 + 0.6) / 3)
+    assert row["Gap"] == pytest.approx(65.0)
+    assert row["Worst"] == pytest.approx(20.0)
+    assert row["Worst10"] == pytest.approx(20.0)  # max(1, ⌊0.7⌋) = 1 class
+    assert row["mAcc"] == pytest.approx(100 * 4.4 / 7)
+    assert row["Std"] == pytest.approx(100 * np.sqrt(np.mean((acc - 4.4 / 7) ** 2)))
+
+
+def test_all_is_weighted_by_class_counts_and_worst10_k20() -> None:
+    acc = np.linspace(0.05, 1.0, 20)
+    counts = np.arange(1, 21, dtype=float)
+    row = disparity_row(acc, class_groups(acc), counts)
+    assert row["All"] == pytest.approx(100 * (acc * counts).sum() / counts.sum())
+    assert row["Worst10"] == pytest.approx(100 * (0.05 + 0.1) / 2)  # 10% of 20 = 2 classes
+
+
+def test_groups_from_reference_ties_are_stable() -> None:
+    g = class_groups(np.array([0.5, 0.5, 0.5, 0.5, 0.5, 0.5]))
+    assert g.hard.tolist() == [0, 1] and g.easy.tolist() == [4, 5]
+
+
+def test_per_class_accuracy() -> None:
+    y = np.array([0, 0, 1, 1, 1, 2])
+    pred = np.array([0, 1, 1, 1, 0, 0])
+    np.testing.assert_allclose(per_class_accuracy(pred, y, 3), [0.5, 2 / 3, 0.0])
+
+
+def test_bootstrap_contains_estimate_and_paired_zero() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 5, 2000)
+    pred = np.where(rng.random(2000) < 0.7, y, (y + 1) % 5)
+    out = bootstrap_all_hard(pred, y, np.array([0, 1]), 5, draws=300, ref_pred=pred)
+    acc = (pred == y).mean() * 100
+    assert out["All"][0] < acc < out["All"][1]
+    assert out["ΔAll"] == [0.0, 0.0] and out["ΔHard"] == [0.0, 0.0]
+    assert out["All"][1] - out["All"][0] < 5
