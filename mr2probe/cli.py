@@ -186,7 +186,13 @@ def train(
     if features is None:
         features = default_features()
         typer.echo(f"no --features given: using the bundled file {features}", err=True)
-    names = METHODS.names() if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m.strip()]
+    if methods.strip() == "all":
+        names = [m for m in METHODS.names() if adapter != "none" or not METHODS.get(m).needs_adapter]
+        skipped = sorted(set(METHODS.names()) - set(names))
+        if skipped:
+            typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
+    else:
+        names = [m.strip() for m in methods.split(",") if m.strip()]
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
     probe = ProbeConfig(head=head, adapter=adapter, width=width, scale=scale, learn_scale=learn_scale)

@@ -154,7 +154,7 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
             return trained.predict(data.x)
 
         return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
-                          probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim,
+                          probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
                           represent_train=represent_train, predict=predict, train_aux=train_aux, log=log)
 
     methods: list[tuple[Method, slice]] = []

@@ -159,6 +159,9 @@ def _truncate_onnx(model_path: Path, output: str) -> bytes:
     produced = {o for n in model.graph.node for o in n.output}
     if output not in produced:
         raise UserError(f"{model_path} has no tensor named {output!r} to cut the graph at")
+    if output not in {v.name for v in model.graph.value_info}:
+        # recent onnx's Extractor needs the cut tensor's type; intermediate ones are often not annotated
+        model = onnx.shape_inference.infer_shapes(model)
     cut = onnx_utils.Extractor(model).extract_model(inputs, [output])
     return cut.SerializeToString()
 
@@ -175,10 +178,15 @@ def export_onnx(encoder: TorchEncoder) -> Path:
     if not path.exists():
         size = encoder.preprocessing["crop"]
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(encoder.module.cpu(), torch.zeros(2, 3, size, size), str(tmp), input_names=["x"],
-                              output_names=["features"], dynamic_axes={"x": {0: "b"}}, dynamo=False)
+        fastpath = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)  # nn.MultiheadAttention's fused kernel has no ONNX form
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(encoder.module.cpu(), torch.zeros(2, 3, size, size), str(tmp), input_names=["x"],
+                                  output_names=["features"], dynamic_axes={"x": {0: "b"}}, dynamo=False)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(fastpath)
         os.replace(tmp, path)
     return path
 

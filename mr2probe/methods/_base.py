@@ -45,6 +45,7 @@ class FitContext:
     epochs: int
     batch_size: int
     rep_dim: int  # d, the width of the representation
+    seed: int  # the run seed (fixes init and data order)
     represent_train: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]  # no-grad (rep [h,b,d], y) chunks
     predict: Callable[[torch.Tensor], torch.Tensor]  # features [n, D] -> logits [h, n, K], no grad
     train_aux: Callable[[str, list[dict[str, Any]], int], torch.Tensor]  # (method, hparams, epochs) -> train logits

@@ -43,6 +43,12 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
 
 @METHODS.register("mr2", help="MR2: logit margins from class variability + representation margin (ICLR 2026)")
 class MR2(Method):
+    """ℓ = CE(f(x)/γ_y, y) + λ·ℓ_s̄ with γ from the class variability of the representation (module docstring).
+
+    Hyperparameters: ``p`` statistics norm (3), ``c_bar`` mean margin (1; grid {1, 2}), ``lam`` λ (0.1),
+    ``tau`` τ (0 = 10·d), ``exponent`` e (1/3), ``uniform`` γ_k = c̄ (False), ``stats`` exact|ema,
+    ``ema_decay`` (0.999)."""
+
     defaults: dict[str, Any] = {"p": 3.0, "c_bar": 1.0, "lam": 0.1, "tau": 0.0, "exponent": 1 / 3,
                                 "uniform": False, "stats": "exact", "ema_decay": 0.999}
     grid = {"c_bar": [1.0, 2.0]}

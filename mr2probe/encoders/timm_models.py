@@ -1,0 +1,98 @@
+"""timm backbones: ``timm:NAME[@random]``, pooled features (the model built with ``num_classes=0``).
+
+* ``NAME`` is any timm model name, with or without a pretrained tag: ``timm:resnet50``,
+  ``timm:vit_base_patch16_224.mae``, ``timm:vit_large_patch16_224.mae``,
+  ``timm:vit_base_patch16_224.augreg_in21k_ft_in1k``. timm downloads the tag's weights (``pretrained=True``)
+  unless ``--weights PATH`` is given: then PATH (a timm state dict, loaded with ``weights_only=True``; the
+  classifier's keys are dropped, the model family's checkpoint filter is applied) is loaded strictly and
+  its sha256 recorded.
+* ``@random`` builds the model with random weights (seeded: the same on every build), offline
+  (``timm:resnet18@random``): for tests and smoke runs.
+
+Preprocessing is ``timm.data.resolve_data_config`` of the model's pretrained config: resize to
+``floor(size / crop_pct)`` (short side, or both sides for crop mode ``squash``), centre-crop ``size``, the
+tag's interpolation and mean/std.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import UserError
+from ._base import ENCODERS, TorchEncoder, load_state_dict, sha256_file
+
+OPTIONS = ("random",)
+
+
+def parse_name(arg: str) -> tuple[str, bool]:
+    """``NAME[@random]`` → (name, random weights?); UserError for an unknown model or option."""
+    import timm
+
+    name, _, option = arg.partition("@")
+    if option and option not in OPTIONS:
+        raise UserError(f"timm:{arg}: unknown option @{option}; known: {', '.join('@' + o for o in OPTIONS)}")
+    if not name or not timm.is_model(name):
+        raise UserError(f"timm:{arg}: unknown timm model {name!r} (see timm.list_models())")
+    return name, option == "random"
+
+
+def preprocessing_of(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A ``resolve_data_config`` dict → build_transform format (as timm's eval transform does it)."""
+    _, h, w = cfg["input_size"]
+    if h != w:
+        raise UserError(f"non-square timm input size {h}x{w} is not supported")
+    crop_pct = float(cfg.get("crop_pct") or 0.875)
+    mode = cfg.get("crop_mode") or "center"
+    scale = math.floor(h / crop_pct)
+    if mode == "center":
+        resize: int | list[int] = scale
+    elif mode == "squash":
+        resize = [scale, scale]
+    else:
+        raise UserError(f"timm crop mode {mode!r} is not supported (only 'center' and 'squash')")
+    return {"resize": resize, "crop": int(h), "interpolation": cfg.get("interpolation", "bicubic"),
+            "mean": [float(m) for m in cfg["mean"]], "std": [float(s) for s in cfg["std"]],
+            "crop_pct": crop_pct, "crop_mode": mode}
+
+
+def _load_weights(model: torch.nn.Module, path: Path) -> None:
+    """Load a timm state dict into the classifier-less model; UserError on a mismatch."""
+    state = load_state_dict(path)
+    family_filter = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
+    if callable(family_filter):
+        state = family_filter(state, model)
+    heads = model.pretrained_cfg.get("classifier") or ()
+    heads = (heads,) if isinstance(heads, str) else tuple(heads)
+    state = {k: v for k, v in state.items() if not any(k.startswith(h + ".") for h in heads)}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise UserError(f"{path} does not match this timm model: {' '.join(lines[:2])[:300]}") from None
+
+
+@ENCODERS.register("timm:")
+def build(arg: str, weights: Path | None) -> TorchEncoder:
+    """timm:NAME[@random] - any timm model, pooled features (num_classes=0); @random = random init"""
+    import timm
+    from timm.data import resolve_data_config
+
+    name, random_init = parse_name(arg)
+    download = not random_init and weights is None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # random init is reproducible (and so is a cached ONNX export of it)
+            model = timm.create_model(name, pretrained=download, num_classes=0)
+    except (OSError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        hint = "; without internet pass --weights PATH, or use @random for random weights" if download else ""
+        raise UserError(f"cannot build timm:{arg} ({first}){hint}") from None
+    if weights is not None:
+        _load_weights(model, weights)
+    dim = int(getattr(model, "head_hidden_size", None) or model.num_features)
+    pre = preprocessing_of(resolve_data_config({}, model=model))
+    return TorchEncoder(f"timm:{arg}", model, dim, pre, sha256_file(weights) if weights else None)

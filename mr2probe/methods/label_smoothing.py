@@ -1,0 +1,26 @@
+"""Label smoothing (Szegedy et al., CVPR 2016)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._base import METHODS, Batch, Method
+
+
+@METHODS.register("label_smoothing", help="CE against (1 − ε)·one-hot + ε/K (Szegedy et al., CVPR 2016)")
+class LabelSmoothing(Method):
+    """ℓ = −Σ_k q_k log softmax(z)_k,  q = (1 − ε)·e_y + ε/K
+         = (1 − ε)·CE(z, y) + ε · mean_k(−log softmax(z)_k);  batch mean.
+
+    Hyperparameters: ``eps`` ε (default 0.1). ε = 0 is plain CE."""
+
+    defaults: dict[str, Any] = {"eps": 0.1}
+    grid: dict[str, list] = {}
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        logp = torch.log_softmax(batch.logits, dim=-1)  # [h, B, K]
+        nll = -logp.gather(-1, batch.y.expand(logp.shape[0], -1)[..., None])[..., 0]  # [h, B]
+        uniform = -logp.mean(-1)
+        eps = self.hp("eps")[:, None]
+        return ((1 - eps) * nll + eps * uniform).mean(1)
