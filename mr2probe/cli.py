@@ -174,6 +174,11 @@ def train(
                                        "file has no val split."),
     reference: str = typer.Option("ce", "--reference", help="Method that defines hard/medium/easy groups."),
     device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
+    max_memory: str = typer.Option("8GiB", "--max-memory", help="Memory for features: if train+val+test as "
+                                   "float32 fit in SIZE they are loaded onto the device, else streamed from the "
+                                   "file in shuffled blocks of about SIZE/2 (another data order; deterministic). "
+                                   "SIZE: bytes, 512MB, 8GB (powers of 1000), 4GiB (of 1024), or 'auto' (half the "
+                                   "free memory; the block size then depends on the machine)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train probes with the chosen methods and seeds on cached features; writes results.json and the table."""
@@ -181,6 +186,7 @@ def train(
     from .heads import ProbeConfig
     from .methods import METHODS
     from .report import write_report
+    from .source import parse_size
     from .trainer import TrainConfig
 
     if features is None:
@@ -200,7 +206,8 @@ def train(
                        method_params=_method_params(set_), use_method_grids=not no_method_grid, probe=probe,
                        device=device, progress=not quiet)
     cfg = ExperimentConfig(features=features, out=out, methods=names, seeds=list(range(seeds)), select=select,
-                           val_fraction=val_fraction, reference=reference, train=tcfg)
+                           val_fraction=val_fraction, reference=reference, train=tcfg,
+                           max_memory=parse_size(max_memory))
     run_experiment(cfg)
     typer.echo(write_report(out))
     typer.echo(f"wrote {out}/results.json, table.md, table.csv")
@@ -215,14 +222,27 @@ def default_features() -> Path:
 
 @app.command()
 @guarded()
-def report(run_dirs: list[Path] = typer.Argument(..., help="Run folder(s) holding results.json."),
-           groups_on: str = typer.Option("test", "--groups-on", help="Rank classes on test or val accuracy of "
-                                         "the reference.")) -> None:
-    """Rebuild the tables (table.md, table.csv, summary.json) from results.json, without training."""
-    from .report import write_report
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run folder(s) holding results.json; each folder is one "
+                                          "(encoder, dataset, head) setting."),
+    groups_on: str = typer.Option("test", "--groups-on", help="Rank classes on test or val accuracy of the "
+                                  "reference."),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Where the Δ summary across runs (ΔHard, ΔEasy, "
+                                           "ΔAll of each method vs the reference, per run and averaged) goes: "
+                                           "PATH.md + PATH.csv, or summary.md + summary.csv inside PATH if it is a "
+                                           "folder. Default with 2+ run folders: summary.md/summary.csv in their "
+                                           "common parent folder. Always printed too."),
+    html: bool = typer.Option(False, "--html", help="Also write one self-contained report.html (tables + plots as "
+                              "embedded PNGs): in the run folder for one run; beside summary.md for several."),
+    no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots (per_class, groups, variability, "
+                                  "tradeoff)."),
+) -> None:
+    """Rebuild the tables from results.json without training: table.md / table.csv / table.tex (mean ± std over
+    seeds, best per column in bold) and summary.json in every run folder, plus per_class.png, groups.png,
+    variability.png and tradeoff.png; with several run folders also a Δ summary across them."""
+    from .report import run_report
 
-    for d in run_dirs:
-        typer.echo(write_report(d, groups_on))
+    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots))
 
 
 @app.command()

@@ -6,15 +6,29 @@ of ``world_size × batch_size`` rows: rank r encodes the r-th block of the round
 (gloo/NCCL) and writes them in order. We copy into one file (rather than an HDF5 virtual dataset over
 per-rank files) so the result is a single self-contained file that is byte-for-byte the layout a
 single-process run writes, and resume stays a single prefix per split.
+
+Robustness: one writer per output (an flock, taken before anything slow); SIGINT/SIGTERM are turned into
+``KeyboardInterrupt`` but held back while a write is in flight, so the ``.partial`` is always consistent; a
+SIGKILL at any instant is recovered on the next run (see :class:`FeatureWriter`); under torchrun every
+decision rank 0 takes alone (output kept, lock refused, settings mismatch) reaches all ranks, so none hangs.
+
+Rank 0 buffers encoded rows and writes whole chunks (see :class:`_RowBuffer`); env ``MR2PROBE_FLUSH_SECONDS``
+(default 5, 0 = every batch) bounds how much work a SIGKILL can lose on a slow run. Ctrl-C writes the buffer.
+
+Test-only hook: env ``MR2PROBE_TEST_SLEEP_PER_BATCH=SECONDS`` sleeps after every round (to make interruption
+tests deterministic); never set it for real runs.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -50,6 +64,7 @@ class ExtractConfig:
     overwrite: bool = False
     device: str | None = None
     progress: bool = True
+    checksum: bool = True  # fletcher32 on every dataset: damaged chunks are detected on read
 
 
 class _Images(Dataset):
@@ -89,10 +104,12 @@ def _dist() -> tuple[int, int]:
 def init_distributed() -> bool:
     """Join the torchrun process group when launched by torchrun (env WORLD_SIZE > 1)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-        if torch.cuda.is_available():
+        if torch.cuda.is_available():  # before init, so NCCL binds each rank to its own GPU
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        import atexit
+
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
         return True
     return False
 
@@ -107,19 +124,107 @@ def pick_device(device: str | None) -> torch.device:
 
 @contextlib.contextmanager
 def output_lock(out: Path) -> Iterator[None]:
-    """One writer per output: an flock on ``<out>.lock`` (released by the OS even if the process is killed)."""
+    """One writer per output: an flock on ``<out>.lock`` (released by the OS even if the process is killed).
+
+    The lock file is removed on release; an acquirer re-checks that the file it locked is still the one at
+    the path (else a process that opened it just before the removal and one that creates it anew could both
+    hold "the" lock)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    lock = open(str(out) + ".lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise UserError(f"another process is already writing {out} (lock {out}.lock); wait for it to finish")
+    path = str(out) + ".lock"
+    while True:
+        lock = open(path, "a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise UserError(f"another process is already writing {out} (lock {path} is held); "
+                            "wait for it to finish") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        lock.close()  # removed by the previous holder while we waited on it: lock the new one
     try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
+
+
+class _Interrupts:
+    """SIGINT/SIGTERM → ``KeyboardInterrupt``, deferred while inside :meth:`critical` (a write in flight).
+
+    Installed only in the main thread, and not over a signal that was ignored (e.g. SIGINT of a job started
+    with ``&`` or nohup)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.depth, self.pending, self.saved = 0, False, {}
+
+    def __enter__(self) -> "_Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                old = signal.getsignal(sig)
+                if old is not signal.SIG_IGN and old is not None:
+                    self.saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self.saved.items():
+            signal.signal(sig, old)
+        self.saved.clear()
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.depth:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def critical(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if not self.depth and self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+
+def _on_rank0(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on rank 0 only; its ``UserError`` is raised on every rank (so no rank waits forever in a
+    collective for a rank 0 that has given up). Returns ``fn()`` on rank 0, None elsewhere."""
+    rank, world = _dist()
+    if world == 1:
+        return fn()
+    result, error = None, None
+    if rank == 0:
+        try:
+            result = fn()
+        except UserError as e:
+            error = e
+    box = [None if error is None else str(error)]
+    dist.broadcast_object_list(box, src=0)
+    if error is not None:
+        raise error
+    if box[0] is not None:
+        raise UserError(box[0])
+    return result
+
+
+def _share(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank."""
+    if _dist()[1] == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _round_blocks(start: int, stop: int, batch: int, world: int, rank: int) -> list[tuple[int, int]]:
@@ -141,39 +246,122 @@ def _gather(block: tuple[np.ndarray, np.ndarray, np.ndarray], world: int) -> lis
 
 
 def _workers(n: int) -> int:
-    return max(0, min(8, (os.cpu_count() or 1) - 1)) if n < 0 else n
+    if n >= 0:
+        return n
+    per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # torchrun: share the CPUs between ranks
+    return max(0, min(8, (os.cpu_count() or 1) // per_node - 1))
+
+
+class _RowBuffer:
+    """Rank 0's encoded rows not yet written. They are written at the split's chunk boundaries (whole chunks:
+    no read-modify-write, few flushes), after ``seconds`` without a write (bounds what a SIGKILL loses on a
+    slow run; env ``MR2PROBE_FLUSH_SECONDS``, default 5, 0 = every batch), at the end of the split, and on
+    Ctrl-C. A write and the bookkeeping after it form one critical section (no interrupt in between)."""
+
+    def __init__(self, writer: FeatureWriter, split: str, seconds: float, critical: Callable, skip: int = 0) -> None:
+        self.writer, self.split, self.seconds, self.critical = writer, split, seconds, critical
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.rows, self.last, self.skip = 0, time.monotonic(), skip
+        self.chunk = writer.chunk_rows_of(split)
+
+    def add(self, feats: np.ndarray, labels: np.ndarray, index: np.ndarray) -> None:
+        if self.skip:  # rows re-encoded only to keep batches aligned: already written
+            k = min(self.skip, len(labels))
+            feats, labels, index, self.skip = feats[k:], labels[k:], index[k:], self.skip - k
+        if len(labels):
+            with self.critical():
+                self.parts.append((feats, labels, index))
+                self.rows += len(labels)
+        start = self.writer.rows_written(self.split)
+        boundary = (start + self.rows) // self.chunk * self.chunk if self.chunk else 0
+        if boundary > start:
+            self.flush(boundary - start)
+        elif self.rows and time.monotonic() - self.last >= self.seconds:
+            self.flush()
+
+    def flush(self, rows: int | None = None) -> None:
+        if not self.rows:
+            return
+        with self.critical():
+            feats, labels, index = (np.concatenate(a) for a in zip(*self.parts))
+            k = self.rows if rows is None else rows
+            self.writer.write(self.split, self.writer.rows_written(self.split), feats[:k], labels[:k], index[:k])
+            self.parts = [(feats[k:], labels[k:], index[k:])] if k < self.rows else []
+            self.rows -= k
+            self.last = time.monotonic()
 
 
 def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, writer: FeatureWriter | None,
-                  name: str, cfg: ExtractConfig, start: int) -> None:
-    """Encode ``positions[start:]`` of one split and write them (rank 0) in dataset order."""
+                  name: str, cfg: ExtractConfig, start: int, interrupts: _Interrupts | None = None,
+                  skip: int = 0) -> None:
+    """Encode ``positions[start:]`` of one split and write them (rank 0) in dataset order, except the first
+    ``skip`` rows (already written)."""
     rank, world = _dist()
     n = len(positions)
     blocks = _round_blocks(start, n, cfg.batch_size, world, rank)
-    mine = np.concatenate([positions[lo:hi] for lo, hi in blocks]) if blocks else np.zeros(0, np.int64)
+    if not blocks:
+        return
+    critical = interrupts.critical if interrupts is not None else contextlib.nullcontext
+    pause = float(os.environ.get("MR2PROBE_TEST_SLEEP_PER_BATCH", "0") or 0)  # test-only, see module doc
+    mine = np.concatenate([positions[lo:hi] for lo, hi in blocks])
     loader = DataLoader(_Images(split, mine, encoder), batch_size=cfg.batch_size, shuffle=False,
-                        num_workers=_workers(cfg.workers), pin_memory=encoder.device.type == "cuda")
+                        num_workers=_workers(cfg.workers) if len(mine) else 0,
+                        pin_memory=encoder.device.type == "cuda")
+    buffer = None
+    if rank == 0:
+        buffer = _RowBuffer(writer, name, float(os.environ.get("MR2PROBE_FLUSH_SECONDS", "5") or 0), critical,
+                            skip)
     batches = iter(loader)
-    with progress_bar(f"extract {name}", total=n, completed=start, enabled=cfg.progress and rank == 0) as bar:
-        for lo, hi in blocks:
-            if hi > lo:
-                images, labels, pos = next(batches)
-                feats = encoder.encode(images.to(encoder.device, non_blocking=True)).cpu().numpy()
-                block = (feats, labels.numpy().astype(np.int64), pos.numpy().astype(np.int64))
-            else:
-                block = (np.zeros((0, encoder.dim), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
-            parts = _gather(block, world)
-            if rank == 0:
-                feats = np.concatenate([p[0] for p in parts])
-                labels = np.concatenate([p[1] for p in parts])
-                pos = np.concatenate([p[2] for p in parts])
-                row = writer.rows_written(name)
-                writer.write(name, row, feats, labels, pos)
-                bar.advance(len(labels))
+    try:
+        with progress_bar(f"extract {name}", total=n, completed=start, enabled=cfg.progress and rank == 0) as bar:
+            for lo, hi in blocks:
+                if hi > lo:
+                    images, labels, pos = next(batches)
+                    feats = encoder.encode(images.to(encoder.device, non_blocking=True)).cpu().numpy()
+                    block = (feats, labels.numpy().astype(np.int64), pos.numpy().astype(np.int64))
+                else:
+                    block = (np.zeros((0, encoder.dim), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+                parts = _gather(block, world)
+                if buffer is not None:
+                    buffer.add(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
+                    bar.advance(sum(len(p[1]) for p in parts))
+                if pause:
+                    time.sleep(pause)
+        if buffer is not None:
+            buffer.flush()
+    except KeyboardInterrupt:
+        if buffer is not None:
+            buffer.flush()  # keep every row already encoded
+        raise
+
+
+def _keep_existing(out: Path, cfg: ExtractConfig) -> bool:
+    """True when a finished ``out`` is there to keep (validated; it must not contradict the settings given)."""
+    if cfg.overwrite or not out.exists():
+        return False
+    try:
+        fs = read_features(out, load=False)
+    except UserError as e:
+        raise UserError(f"{e} (it is the output of this extraction: pass --overwrite to recompute it)") from None
+    diff = []
+    if "feature_dtype" in fs.attrs:  # written by mr2probe: it records the settings that shape the rows
+        for key, want in (("feature_dtype", cfg.dtype), ("subset", _subset(cfg))):
+            if fs.attrs.get(key) != want:
+                diff.append(f"{key}: {fs.attrs.get(key)!r} there, {want!r} now")
+    if diff:
+        raise UserError(f"{out} already exists with other settings ({'; '.join(diff)}); pass --overwrite to "
+                        "recompute it or choose another --out")
+    return True
+
+
+def _subset(cfg: ExtractConfig) -> str | None:
+    return None if cfg.per_class is None else f"stratified, at most {cfg.per_class} per class and split (seed 0)"
 
 
 def extract(cfg: ExtractConfig) -> Path:
-    """Run one extraction (resuming a matching ``.partial``); returns the finished file's path."""
+    """Run one extraction (resuming a matching ``.partial``); returns the finished file's path.
+
+    A finished file already at ``cfg.out`` is kept (not recomputed) unless ``cfg.overwrite``."""
     out = Path(cfg.out)
     if cfg.dtype not in ("float16", "float32"):
         raise UserError(f"--dtype must be float16 or float32, got {cfg.dtype!r}")
@@ -183,48 +371,70 @@ def extract(cfg: ExtractConfig) -> Path:
         raise UserError(f"--batch-size must be ≥ 1, got {cfg.batch_size}")
     if cfg.per_class is not None and cfg.per_class < 1:
         raise UserError(f"--per-class must be ≥ 1, got {cfg.per_class}")
-    rank, world = _dist()
-    if rank == 0 and out.exists() and not cfg.overwrite:
-        read_features(out, load=False)  # validates: a finished file is kept, a broken one reported
-        return out
-    data: ImageDataset = build_dataset(cfg.dataset, cfg.root, cfg.download)
     if cfg.runtime not in ("auto", "torch", "onnx"):
         raise UserError(f"--runtime must be auto, torch or onnx, got {cfg.runtime!r}")
-    encoder = cpu_runtime(build_encoder(cfg.encoder, cfg.weights).to(pick_device(cfg.device)), cfg.runtime)
-    if hasattr(encoder, "amp_dtype") and encoder.device.type == "cuda":
-        encoder.amp_dtype = AMP_DTYPES[cfg.amp]
-    splits = [s for s in cfg.splits if s in data.splits]
-    for s in ("train", "test"):
-        if s not in splits:
-            raise UserError(f"dataset {cfg.dataset!r} has no {s!r} split (a feature file needs train and test)")
-    lock = output_lock(out) if rank == 0 else contextlib.nullcontext()
-    with lock:
-        writer = None
-        if rank == 0:
+    rank, world = _dist()
+    with contextlib.ExitStack() as stack, _Interrupts() as interrupts:
+
+        def claim() -> bool:  # rank 0: keep a finished file, else take the lock (then look again: a
+            if _keep_existing(out, cfg):  # writer that held it may just have finished)
+                return True
+            stack.enter_context(output_lock(out))
+            return _keep_existing(out, cfg)
+
+        if _share(_on_rank0(claim)):
+            return out
+        data: ImageDataset = build_dataset(cfg.dataset, cfg.root, cfg.download)
+        splits = [s for s in cfg.splits if s in data.splits]
+        for s in ("train", "test"):
+            if s not in splits:
+                raise UserError(f"dataset {cfg.dataset!r} has no {s!r} split (a feature file needs train and test)")
+        encoder = cpu_runtime(build_encoder(cfg.encoder, cfg.weights).to(pick_device(cfg.device)), cfg.runtime)
+        autocast = "off"
+        if hasattr(encoder, "amp_dtype") and encoder.device.type == "cuda":
+            encoder.amp_dtype = AMP_DTYPES[cfg.amp]  # bf16 by default; TorchEncoder also uses channels_last
+            autocast = cfg.amp
+
+        def open_writer() -> FeatureWriter:
             attrs = base_attrs(encoder.name, data.name, data.class_names, encoder.preprocessing,
                                encoder.weights_sha256)
             attrs["source"] = data.source
+            attrs["autocast"] = autocast
             if cfg.per_class is not None:
-                attrs["subset"] = f"stratified, at most {cfg.per_class} per class and split (seed 0)"
-            writer = FeatureWriter(out, attrs, encoder.dim, cfg.dtype, overwrite=cfg.overwrite)
-        try:
-            for s in splits:
-                split = data.splits[s]
-                positions = stratified_positions(split.labels, cfg.per_class)
-                start = writer.begin(s, len(positions)) if rank == 0 else 0
-                if world > 1:
-                    box = [start]
-                    dist.broadcast_object_list(box, src=0)
-                    start = box[0]
-                extract_split(encoder, split, positions, writer, s, cfg, start)
-                if rank == 0:
-                    writer.end(s)
+                attrs["subset"] = _subset(cfg)
+            with interrupts.critical():
+                return FeatureWriter(out, attrs, encoder.dim, cfg.dtype, overwrite=cfg.overwrite,
+                                     checksum=cfg.checksum)
+
+        writer: FeatureWriter | None = _on_rank0(open_writer)
+        if writer is not None:
+            stack.callback(writer.close)
+        for s in splits:
+            split = data.splits[s]
+            positions = stratified_positions(split.labels, cfg.per_class)
+
+            def begin() -> int:
+                with interrupts.critical():
+                    start = writer.begin(s, len(positions))
+                labels, index = writer.read_prefix(s, start)
+                if not (np.array_equal(index, positions[:start])
+                        and np.array_equal(labels, split.labels[positions[:start]])):
+                    raise UserError(f"{writer.partial}: the rows already written in split {s!r} are not those "
+                                    "of this dataset and subset (other data or settings); pass --overwrite to "
+                                    "start over")
+                return start
+
+            start = _share(_on_rank0(begin))
+            # resume on the batch grid (rows 0, b, 2b, ...): every batch is then the one an uninterrupted run
+            # encodes, so results are bit-identical even where a kernel depends on the batch composition
+            aligned = start - start % cfg.batch_size
+            extract_split(encoder, split, positions, writer, s, cfg, aligned, interrupts, skip=start - aligned)
             if rank == 0:
+                with interrupts.critical():
+                    writer.end(s)
+        if rank == 0:
+            with interrupts.critical():
                 writer.finalize()
-                Path(str(out) + ".lock").unlink(missing_ok=True)
-        finally:
-            if writer is not None:
-                writer.close()
     if world > 1:
         dist.barrier()
     return out

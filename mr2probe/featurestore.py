@@ -11,7 +11,9 @@ Layout (``../shared/spec/features.md``, also in the README)::
     /<split>           attrs: complete (bool), rows_written (int, resume point while writing)
 
 Writers go to ``<path>.partial`` and rename when every split is complete, so a file at the final path is
-always whole. Readers validate everything on open and raise one-line ``UserError`` s.
+always whole. :class:`FeatureWriter` also records feature_dtype (and, from ``mr2probe extract``: source, subset,
+autocast) and chunks every dataset by rows with HDF5's fletcher32 checksum, so a damaged chunk is reported on
+read. Readers validate everything on open and raise one-line ``UserError`` s.
 """
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ CHUNK_ROWS = 1024
 
 @dataclass
 class Split:
-    """One split in memory: features [N, D], labels [N], index [N]."""
+    """One split in memory: features [N, D] (None when read with ``load="labels"``), labels [N], index [N]."""
 
-    features: np.ndarray
+    features: np.ndarray | None
     labels: np.ndarray
     index: np.ndarray
 
@@ -55,6 +57,7 @@ class FeatureSet:
     class_names: list[str]
     splits: dict[str, Split] = field(default_factory=dict)
     dim: int = 0
+    rows: dict[str, int] = field(default_factory=dict)  # rows of every split in the file (loaded or not)
 
     @property
     def num_classes(self) -> int:
@@ -145,15 +148,39 @@ def _read_rows(ds: h5py.Dataset, path: Path, split: str) -> np.ndarray:
     try:
         return ds[()]
     except (OSError, RuntimeError, ValueError) as e:
-        raise UserError(f"{path}: corrupt data in split {split!r} ({ds.name}): "
-                        f"{str(e).splitlines()[0][:120]}; extract it again") from None
+        raise UserError(f"{path}: corrupt data in split {split!r} ({ds.name}: {str(e).splitlines()[0][:120]}); "
+                        "the file is damaged: extract it again with --overwrite") from None
 
 
-def read_features(path: str | Path, splits: Iterable[str] | None = None, load: bool = True) -> FeatureSet:
+def _check_finite(ds: h5py.Dataset, path: Path, split: str, feats: np.ndarray | None = None) -> None:
+    """No NaN/Inf in the features: ``feats`` if given, else ``ds`` read piece by piece (≈16 MiB, whole chunks)."""
+    bad = 0
+    if feats is not None:
+        if not np.isfinite(feats).all():
+            bad = int((~np.isfinite(feats)).any(axis=1).sum())
+    else:
+        n, chunk = ds.shape[0], (ds.chunks[0] if ds.chunks else 1024)
+        step = chunk * max(1, (16 << 20) // max(1, chunk * ds.shape[1] * ds.dtype.itemsize))
+        for lo in range(0, n, step):
+            try:
+                part = ds[lo:lo + step]
+            except (OSError, RuntimeError, ValueError) as e:
+                raise UserError(f"{path}: corrupt data in split {split!r} ({ds.name} rows {lo}..{min(n, lo + step)}: "
+                                f"{str(e).splitlines()[0][:120]}); the file is damaged: extract it again with "
+                                "--overwrite") from None
+            bad += int((~np.isfinite(part)).any(axis=1).sum())
+    if bad:
+        raise UserError(f"{path}: split {split!r} has NaN or Inf features in {bad} rows; "
+                        "re-extract (with --dtype float32 if float16 overflowed)")
+
+
+def read_features(path: str | Path, splits: Iterable[str] | None = None, load: bool | str = True) -> FeatureSet:
     """Open, validate and (if ``load``) read a feature file.
 
     Checks: format and version, class_names, train and test present, each split complete, same D in every
-    split, float features, integer labels in [0, K), equal lengths, and (when loaded) no NaN/Inf."""
+    split, float features, integer labels in [0, K), equal lengths, and (when loaded) no NaN/Inf.
+    ``load="labels"`` reads labels and index but not the features (``Split.features`` is None), which are
+    scanned for NaN/Inf piece by piece instead (for files larger than memory, see ``source.py``)."""
     path = Path(path)
     with _open(path) as f:
         attrs, names = _check_header(f, path)
@@ -167,27 +194,25 @@ def read_features(path: str | Path, splits: Iterable[str] | None = None, load: b
             if s not in f:
                 raise UserError(f"{path}: split {s!r} is missing (has: {', '.join(present)})")
         dims = {}
+        rows = {}
         for s in present:
             x, _, _ = _split_arrays(f, path, s)
-            dims[s] = x.shape[1]
+            dims[s], rows[s] = x.shape[1], x.shape[0]
             if not bool(f[s].attrs.get("complete", False)):
                 raise UserError(f"{path}: split {s!r} is incomplete ({int(f[s].attrs.get('rows_written', 0))}/"
                                 f"{x.shape[0]} rows); rerun the same extract command to resume it")
         if len(set(dims.values())) > 1:
             raise UserError(f"{path}: feature dimension differs between splits: "
                             + ", ".join(f"{s}={d}" for s, d in dims.items()))
-        fs = FeatureSet(path=path, attrs=attrs, class_names=names, dim=next(iter(dims.values())))
+        fs = FeatureSet(path=path, attrs=attrs, class_names=names, dim=next(iter(dims.values())), rows=rows)
         if not load:
             return fs
         for s in wanted:
             x, y, i = _split_arrays(f, path, s)
-            feats = _read_rows(x, path, s)
+            feats = _read_rows(x, path, s) if load != "labels" else None
             labels = _read_rows(y, path, s).astype(np.int64)
             index = _read_rows(i, path, s).astype(np.int64)
-            if not np.isfinite(feats).all():
-                bad = int((~np.isfinite(feats)).any(axis=1).sum())
-                raise UserError(f"{path}: split {s!r} has NaN or Inf features in {bad} rows; "
-                                "re-extract (with --dtype float32 if float16 overflowed)")
+            _check_finite(x, path, s, feats)
             if len(labels) and (labels.min() < 0 or labels.max() >= k):
                 raise UserError(f"{path}: split {s!r} has labels outside [0, {k}) "
                                 f"(min {labels.min()}, max {labels.max()}); class_names lists {k} classes")
@@ -234,72 +259,171 @@ def base_attrs(encoder: str, dataset: str, class_names: list[str], preprocessing
 
 
 class FeatureWriter:
-    """Resumable chunked writer. Rows go into preallocated datasets of ``<path>.partial``; each split records
-    ``rows_written`` after every flushed chunk, and ``complete`` when done. ``finalize()`` renames to ``path``.
+    """Resumable, crash-consistent writer. Rows go into preallocated chunked datasets of ``<path>.partial``;
+    each split records ``rows_written`` after every flushed write, and ``complete`` when done. ``finalize()``
+    renames to ``path``.
 
-    Resuming: a partial file whose identity attrs (encoder, dataset, class_names, preprocessing, dtype) match
-    is reopened and each split continues from ``rows_written``; otherwise it is an error unless ``overwrite``.
+    Resuming: a partial file whose identity attrs (encoder, dataset, class_names, preprocessing, weights,
+    dtype, subset, autocast) match is reopened and each split continues from ``rows_written``; otherwise it is
+    a ``UserError`` unless ``overwrite``.
+
+    Crash consistency (SIGKILL / OOM at any instant): the partial file is created complete (attrs set) under a
+    temporary name and renamed; every chunk is allocated when a split begins (so later writes only overwrite
+    data in place and never touch the chunk index); ``rows_written`` moves only after the rows are flushed.
+    With ``checksum`` (the default) every dataset gets HDF5's fletcher32 filter, so a damaged chunk is
+    detected on read; a chunk torn by a kill during its write is detected on resume, zeroed, and its rows
+    recomputed (``recovered`` maps split → rows dropped that way).
     """
 
-    IDENTITY = ("encoder", "dataset", "class_names", "preprocessing", "weights_sha256", "feature_dtype")
+    IDENTITY = ("encoder", "dataset", "class_names", "preprocessing", "weights_sha256", "feature_dtype", "subset",
+                "autocast")
+    LEGACY_OPTIONAL = ("autocast",)  # not recorded by older versions: a partial without it is not refused
+    SPLIT_DATASETS = ("features", "labels", "index")
 
     def __init__(self, path: str | Path, attrs: dict[str, Any], dim: int, dtype: str = "float16",
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, checksum: bool = True, chunk_rows: int | None = None) -> None:
         self.path = Path(path)
         self.partial = partial_path(self.path)
         self.dim, self.dtype = dim, np.dtype(dtype)
+        self.checksum, self.chunk_rows = checksum, max(1, int(chunk_rows or CHUNK_ROWS))
+        self.recovered: dict[str, int] = {}
         attrs = dict(attrs, feature_dtype=str(self.dtype))
-        if overwrite and self.partial.exists():
-            self.partial.unlink()
+        if overwrite:
+            self.partial.unlink(missing_ok=True)
         self.f = self._open_partial(attrs)
 
     def _open_partial(self, attrs: dict[str, Any]) -> h5py.File:
-        if self.partial.exists():
-            try:
-                f = h5py.File(self.partial, "a")
-            except OSError:
-                self.partial.unlink()  # damaged by a kill mid-write: start over
-                return self._open_partial(attrs)
+        if not self.partial.exists():
+            return self._create(attrs)
+        try:
+            f = h5py.File(self.partial, "a")
+        except OSError as e:
+            _warn(f"{self.partial} is damaged ({str(e).splitlines()[0][:100]}); starting that extraction over")
+            self.partial.unlink()
+            return self._create(attrs)
+        try:
             old = {k: _attr_str(f.attrs.get(k)) for k in self.IDENTITY}
-            new = {k: attrs.get(k) for k in self.IDENTITY}
-            if old != new:
-                f.close()
-                diff = [k for k in self.IDENTITY if old[k] != new[k]]
-                raise UserError(f"{self.partial} is an unfinished extraction with other settings "
-                                f"({', '.join(diff)} differ); pass --overwrite to start over")
-            return f
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = h5py.File(self.partial, "w")
-        for k, v in attrs.items():
-            f.attrs[k] = v
+        except (OSError, KeyError, RuntimeError) as e:
+            f.close()
+            _warn(f"{self.partial} is damaged ({str(e).splitlines()[0][:100]}); starting that extraction over")
+            self.partial.unlink()
+            return self._create(attrs)
+        new = {k: attrs.get(k) for k in self.IDENTITY}
+        diff = [k for k in self.IDENTITY
+                if old[k] != new[k] and not (k in self.LEGACY_OPTIONAL and old[k] is None)]
+        if diff:
+            f.close()
+            detail = "; ".join(f"{k}: {_short(old[k])} there, {_short(new[k])} now" for k in diff)
+            raise UserError(f"{self.partial} is an unfinished extraction with other settings ({detail}); "
+                            "rerun it with its settings to resume, or pass --overwrite to start over")
         return f
+
+    def _create(self, attrs: dict[str, Any]) -> h5py.File:
+        """A new partial file with all its root attrs, made under a temporary name and renamed into place."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(f"{self.partial}.{os.getpid()}.tmp")
+        with h5py.File(tmp, "w") as f:
+            for k, v in attrs.items():
+                if v is not None:
+                    f.attrs[k] = v
+        os.replace(tmp, self.partial)
+        return h5py.File(self.partial, "a")
+
+    def chunk_rows_of(self, split: str) -> int | None:
+        """Rows per chunk of the split's datasets (None if not chunked)."""
+        chunks = self.f[split]["features"].chunks
+        return chunks[0] if chunks else None
 
     def rows_written(self, split: str) -> int:
         return int(self.f[split].attrs["rows_written"]) if split in self.f else 0
 
     def is_complete(self, split: str) -> bool:
-        return split in self.f and bool(self.f[split].attrs["complete"])
+        return split in self.f and bool(self.f[split].attrs.get("complete", False))
+
+    def _begun(self, split: str) -> bool:
+        """Whether ``split`` was fully set up by :meth:`begin` (a kill during begin leaves it half made)."""
+        g = self.f.get(split)
+        return (isinstance(g, h5py.Group) and "rows_written" in g.attrs and "complete" in g.attrs
+                and all(isinstance(g.get(k), h5py.Dataset) for k in self.SPLIT_DATASETS))
 
     def begin(self, split: str, n: int) -> int:
         """Create the split's datasets for ``n`` rows (if new); return the row to resume from."""
+        if split in self.f and not self._begun(split):
+            del self.f[split]
         if split not in self.f:
             g = self.f.create_group(split)
-            chunk = (min(CHUNK_ROWS, max(n, 1)), self.dim)
-            g.create_dataset("features", (n, self.dim), dtype=self.dtype, chunks=chunk)
-            g.create_dataset("labels", (n,), dtype=np.int64)
-            g.create_dataset("index", (n,), dtype=np.int64)
+            rows = min(self.chunk_rows, max(n, 1))
+            for key, shape, dtype in (("features", (n, self.dim), self.dtype), ("labels", (n,), np.int64),
+                                      ("index", (n,), np.int64)):
+                if n == 0:  # nothing to chunk (HDF5 refuses chunks larger than an empty shape)
+                    g.create_dataset(key, shape, dtype=dtype)
+                    continue
+                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+                dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # chunk index never changes after this
+                g.create_dataset(key, shape, dtype=dtype, chunks=(rows,) + shape[1:], fillvalue=0, dcpl=dcpl,
+                                 fletcher32=self.checksum)
             g.attrs["complete"] = False
             g.attrs["rows_written"] = 0
-        elif self.f[split]["features"].shape[0] != n:
-            raise UserError(f"{self.partial}: split {split!r} was started with "
-                            f"{self.f[split]['features'].shape[0]} rows, now {n}; pass --overwrite")
+            self.f.flush()
+            return 0
+        have = self.f[split]["features"].shape
+        if have[0] != n or have[1] != self.dim:
+            raise UserError(f"{self.partial}: split {split!r} was started with {have[0]} rows of dim {have[1]}, "
+                            f"now {n} of dim {self.dim}; pass --overwrite to start over")
+        self._recover(split)
         return self.rows_written(split)
 
+    def _recover(self, split: str) -> None:
+        """After a kill: chunks at or after the resume point that fail their checksum (a write torn by the
+        kill) are zeroed (written unfiltered), and the resume point moves back to the first of them."""
+        g = self.f[split]
+        if bool(g.attrs["complete"]):
+            return
+        start = resume = self.rows_written(split)
+        for key in self.SPLIT_DATASETS:
+            ds = g[key]
+            nfilters = ds.id.get_create_plist().get_nfilters()
+            if not nfilters or ds.chunks is None:
+                continue  # without a checksum a torn chunk still holds the old bytes before rows_written
+            rows, n = ds.chunks[0], ds.shape[0]
+            for c0 in range(start - start % rows, n, rows):
+                try:
+                    ds[c0:min(c0 + rows, n)]
+                except OSError:
+                    raw = int(np.prod(ds.chunks)) * ds.dtype.itemsize
+                    ds.id.write_direct_chunk((c0,) + (0,) * (ds.ndim - 1), bytes(raw), (1 << nfilters) - 1)
+                    resume = min(resume, c0)
+        if resume < start:
+            g.attrs["rows_written"] = resume
+            self.recovered[split] = start - resume
+            _warn(f"{self.partial}: split {split!r} rows {resume}..{start} were damaged by an interrupted write; "
+                  "recomputing them")
+        self.f.flush()
+
+    def read_prefix(self, split: str, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Labels and index of rows [0, stop) already written (to check a resume against the dataset)."""
+        g = self.f[split]
+        try:
+            return g["labels"][:stop], g["index"][:stop]
+        except OSError as e:
+            raise UserError(f"{self.partial}: split {split!r} is damaged ({str(e).splitlines()[0][:100]}); "
+                            "pass --overwrite to start over") from None
+
     def write(self, split: str, start: int, features: np.ndarray, labels: np.ndarray, index: np.ndarray) -> None:
-        """Write rows [start, start+len) and advance the resume point (flushed before it moves)."""
+        """Write rows [start, start+len) and advance the resume point (flushed before it moves). Rows are
+        appended: ``start`` must be the split's current ``rows_written``."""
         g, stop = self.f[split], start + len(labels)
+        if start != self.rows_written(split):
+            raise ValueError(f"split {split!r}: write at row {start}, but {self.rows_written(split)} rows are written")
+        if features.shape != (len(labels), self.dim) or len(index) != len(labels):
+            raise ValueError(f"split {split!r}: features {features.shape}, labels {len(labels)}, index {len(index)} "
+                             f"rows (dim {self.dim})")
+        if stop > g["features"].shape[0]:
+            raise ValueError(f"split {split!r}: rows {start}..{stop} past its {g['features'].shape[0]} rows")
         if not np.isfinite(features).all():
             raise UserError(f"encoder produced NaN/Inf features in split {split!r} rows {start}..{stop}")
+        if stop == start:
+            return
         g["features"][start:stop] = features.astype(self.dtype, copy=False)
         g["labels"][start:stop] = labels
         g["index"][start:stop] = index
@@ -315,14 +439,38 @@ class FeatureWriter:
         self.f.flush()
 
     def finalize(self) -> Path:
-        """Close and atomically rename ``.partial`` → final path."""
+        """Close, sync and atomically rename ``.partial`` → final path."""
         self.f.close()
+        fd = os.open(self.partial, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(self.partial, self.path)
+        try:
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
         return self.path
 
     def close(self) -> None:
         if self.f.id.valid:
             self.f.close()
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _warn(message: str) -> None:
+    import sys
+
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def write_features(path: str | Path, attrs: dict[str, Any], splits: dict[str, Split | tuple],
@@ -359,7 +507,7 @@ def describe(path: str | Path) -> dict[str, Any]:
     with h5py.File(fs.path, "r") as f:
         for s in SPLITS:
             if s in f:
-                y = f[s]["labels"][()]
+                y = _read_rows(f[s]["labels"], fs.path, s)
                 out["splits"][s] = {"rows": int(len(y)), "dtype": str(f[s]["features"].dtype),
                                     "chunks": f[s]["features"].chunks, "complete": bool(f[s].attrs["complete"]),
                                     "per_class": np.bincount(y, minlength=fs.num_classes).tolist()}

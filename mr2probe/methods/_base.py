@@ -20,6 +20,7 @@ from ..registry import Registry
 
 if TYPE_CHECKING:
     from ..heads import ProbeConfig
+    from ..source import StreamedFeatures
 
 
 @dataclass
@@ -34,11 +35,15 @@ class Batch:
 
 @dataclass
 class FitContext:
-    """What a method may use besides the batch: the training data and views of its own heads."""
+    """What a method may use besides the batch: the training data and views of its own heads.
 
-    x: torch.Tensor  # [N, D] training features (device)
+    ``x`` and ``val_x`` may be streamed from the feature file (larger than ``--max-memory``): use only their
+    ``len``, ``shape``, ``dtype``, ``device`` and chunked slices ``x[i:j]`` (or ``predict``/``represent_train``);
+    per-sample state is indexed by ``Batch.idx``."""
+
+    x: "torch.Tensor | StreamedFeatures"  # [N, D] training features (device tensor, or streamed from the file)
     y: torch.Tensor  # [N] training labels
-    val_x: torch.Tensor
+    val_x: "torch.Tensor | StreamedFeatures"
     val_y: torch.Tensor
     num_classes: int
     probe: "ProbeConfig"

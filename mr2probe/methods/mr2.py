@@ -27,18 +27,30 @@ def logit_margin_ce(logits: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor) 
 def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """Mean over anchors with ≥ 1 same-class partner of τ·log(1 + Σ₊ exp((‖z − z⁺‖² − 2s̄)/τ)).
 
-    z [h, B, d]; s̄, τ [h]. One B×B distance matrix per head from a single batched product, masked to
-    same-class off-diagonal pairs; log(1 + Σ exp a) = softplus(logsumexp a)."""
-    sq = z.pow(2).sum(-1)  # [h, B]
-    dist = (sq[:, :, None] + sq[:, None, :] - 2 * torch.bmm(z, z.transpose(1, 2))).clamp_min(0)
-    same = (y[:, None] == y[None, :]) & ~torch.eye(len(y), dtype=torch.bool, device=y.device)
-    a = (dist - 2 * s_bar[:, None, None]) / tau[:, None, None]
-    lse = torch.logsumexp(a.masked_fill(~same, float("-inf")), dim=-1)  # [h, B]; -inf where no partner
-    anchors = same.any(1)
+    z [h, B, d]; s̄, τ [h]. Only same-class pairs matter, so the batch is sorted by class into padded blocks
+    [h, C, m, d] (C classes present, m = largest class count) and one batched product gives every block's
+    m×m Gram matrix: C·m²·d work instead of B²·d (K = 100, B = 512: about 40× less). Padding and the
+    diagonal are masked; log(1 + Σ exp a) = softplus(logsumexp a)."""
+    h, b, d = z.shape
+    order = torch.argsort(y, stable=True)
+    _, counts = torch.unique_consecutive(y[order], return_counts=True)
+    c, m = len(counts), int(counts.max())
+    block = torch.repeat_interleave(torch.arange(c, device=y.device), counts)  # class block of each sorted row
+    rank = torch.arange(b, device=y.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    blocks = z.new_zeros(h, c, m, d)
+    blocks[:, block, rank] = z[:, order]
+    valid = torch.zeros(c, m, dtype=torch.bool, device=y.device)
+    valid[block, rank] = True
+    pair = valid[:, :, None] & valid[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=y.device)
+    sq = blocks.pow(2).sum(-1)  # [h, C, m]
+    gram = torch.matmul(blocks, blocks.transpose(-1, -2))  # [h, C, m, m]
+    dist = (sq[..., :, None] + sq[..., None, :] - 2 * gram).clamp_min(0)
+    a = (dist - 2 * s_bar[:, None, None, None]) / tau[:, None, None, None]
+    lse = torch.logsumexp(a.masked_fill(~pair, float("-inf")), dim=-1)  # [h, C, m]
+    anchors = pair.any(-1)  # [C, m]
     if not bool(anchors.any()):
-        return z.new_zeros(z.shape[0])
-    per_anchor = tau[:, None] * torch.nn.functional.softplus(lse[:, anchors])
-    return per_anchor.mean(1)
+        return z.new_zeros(h)
+    return (tau[:, None] * torch.nn.functional.softplus(lse[:, anchors])).mean(1)
 
 
 @METHODS.register("mr2", help="MR2: logit margins from class variability + representation margin (ICLR 2026)")
