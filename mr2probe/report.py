@@ -1,18 +1,28 @@
-"""The report stage: results.json (+ predictions.npz) → the protocol table, as markdown and CSV.
+"""The report stage: results.json (+ predictions.npz) → the protocol table (markdown, CSV, LaTeX), plots, HTML,
+and a Δ summary across runs.
 
 Groups come from the reference method (default ce) averaged over seeds, and are the same for every method.
 Each column is mean ± std over seeds; Δ columns are the method's mean minus the reference's mean (std over
 seeds of the per-seed paired differences). CIs are 95% bootstrap intervals over test samples (1000 draws,
-seed 0), computed per seed and averaged over seeds.
+seed 0), computed per seed and averaged over seeds. The best value of each column (as displayed, 2 decimals;
+ties all marked; the reference is not a candidate in Δ columns) is bold: highest for accuracies and Δs,
+lowest for Std and Gap.
+
+Files per run folder: table.md, table.csv, table.tex, summary.json, [per_class|groups|variability|tradeoff].png,
+[report.html]. Across runs (:func:`run_report`): summary.md + summary.csv (+ report.html).
 """
 from __future__ import annotations
 
+import base64
 import csv
+import html
 import io
 import json
-from dataclasses import dataclass
+import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -20,11 +30,14 @@ from .errors import UserError
 from .metrics import COLUMNS, DELTA_COLUMNS, Groups, bootstrap_all_hard, class_groups, disparity_row
 
 CI_COLUMNS = ["All 95% CI", "Hard 95% CI", "ΔAll 95% CI", "ΔHard 95% CI"]
+LOWER_IS_BETTER = frozenset({"Std", "Gap"})
+HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS)
+PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
 
 
 @dataclass
 class Summary:
-    """The table's content: per method, mean and std of every column, and CIs."""
+    """The table's content: per method, mean and std of every column, CIs, and the per-seed data behind them."""
 
     methods: list[str]
     reference: str
@@ -34,13 +47,32 @@ class Summary:
     ci: dict[str, dict[str, list[float]]]
     seeds: dict[str, list[int]]
     title: str
+    per_seed: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # method → column → [S]
+    acc: dict[str, np.ndarray] = field(default_factory=dict)  # method → per-class test accuracy [S, K]
+    rank_acc: np.ndarray = field(default_factory=lambda: np.zeros(0))  # reference acc that defined the groups
+    class_names: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"title": self.title, "reference": self.reference, "groups": self.groups.as_dict(),
                 "mean": self.mean, "std": self.std, "ci": self.ci, "seeds": self.seeds}
 
+    def best(self, col: str) -> set[str]:
+        """Methods holding the best displayed value of ``col`` (empty for CI columns or < 2 candidates)."""
+        cands = [m for m in self.methods if not (col in DELTA_COLUMNS and m == self.reference)]
+        return best_of({m: self.mean[m][col] for m in cands}, col) if col in self.mean[self.methods[0]] else set()
+
+
+def best_of(values: dict[str, float], col: str) -> set[str]:
+    """Keys whose value, rounded to the 2 displayed decimals, is the column's best (ties all returned)."""
+    shown = {m: float(f"{v:.2f}") for m, v in values.items() if np.isfinite(v)}
+    if len(shown) < 2 or col not in HIGHER_IS_BETTER | LOWER_IS_BETTER:
+        return set()
+    target = (min if col in LOWER_IS_BETTER else max)(shown.values())
+    return {m for m, v in shown.items() if v == target}
+
 
 def load_results(run_dir: str | Path) -> dict[str, Any]:
+    """Read and sanity-check ``RUN_DIR/results.json``; every problem is a one-line :class:`UserError`."""
     path = Path(run_dir) / "results.json"
     if not path.is_file():
         raise UserError(f"{path} not found: run `mr2probe train --out {run_dir}` first")
@@ -50,14 +82,30 @@ def load_results(run_dir: str | Path) -> dict[str, Any]:
         raise UserError(f"{path} is not valid JSON ({e}); train again") from None
     if not isinstance(results, dict) or not results.get("runs"):
         raise UserError(f"{path} holds no runs")
+    try:
+        k = len(results["class_names"])
+        if len(results["test_class_counts"]) != k:
+            raise ValueError("test_class_counts and class_names differ in length")
+        for r in results["runs"]:
+            if len(r["per_class_acc"]) != k or not isinstance(r["seed"], int) or not isinstance(r["method"], str):
+                raise ValueError(f"run {r.get('method')}/{r.get('seed')} has a malformed per_class_acc/seed/method")
+    except (KeyError, TypeError, ValueError) as e:
+        what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+        raise UserError(f"{path} is not a mr2probe results file ({what}); train again") from None
     return results
 
 
 def load_predictions(run_dir: str | Path) -> dict[str, np.ndarray] | None:
-    from .experiment import load_npz
-
+    """predictions.npz as written by ``experiment.atomic_npz`` ("/" in keys stored as "__"), or None.
+    Read here rather than with ``experiment.load_npz`` so that reporting does not import torch."""
     path = Path(run_dir) / "predictions.npz"
-    return load_npz(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            return {k.replace("__", "/"): z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} is unreadable ({e}); train again or delete it to report without CIs") from None
 
 
 def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None = None,
@@ -71,15 +119,19 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         raise UserError(f"reference method {reference!r} is not among the runs ({', '.join(by_method)})")
     key = "per_class_acc" if group_on == "test" else "val_per_class_acc"
     ref_runs = sorted(by_method[reference], key=lambda r: r["seed"])
-    groups = class_groups(np.mean([r[key] for r in ref_runs], axis=0))
+    if any(key not in r for r in ref_runs):
+        raise UserError(f"the reference runs have no {key}; use --groups-on test")
+    rank_acc = np.mean([r[key] for r in ref_runs], axis=0)
+    groups = class_groups(rank_acc)
     counts = np.asarray(results["test_class_counts"], dtype=float)
     ref_rows = {r["seed"]: disparity_row(np.asarray(r["per_class_acc"]), groups, counts) for r in ref_runs}
-    mean, std, ci, seeds = {}, {}, {}, {}
+    mean, std, ci, seeds, per_seed, accs = {}, {}, {}, {}, {}, {}
     y = predictions.get("test_labels") if predictions else None
     k = len(results["class_names"])
     for method, runs in by_method.items():
         runs = sorted(runs, key=lambda r: r["seed"])
-        rows = [disparity_row(np.asarray(r["per_class_acc"]), groups, counts) for r in runs]
+        accs[method] = np.array([r["per_class_acc"] for r in runs], dtype=float)
+        rows = [disparity_row(a, groups, counts) for a in accs[method]]
         cols = {c: np.array([row[c] for row in rows]) for c in COLUMNS}
         for d, c in zip(DELTA_COLUMNS, ("Hard", "Easy", "All")):
             cols[d] = np.array([row[c] - ref_rows[r["seed"]][c] if r["seed"] in ref_rows else np.nan
@@ -87,16 +139,30 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         mean[method] = {c: float(np.nanmean(v)) for c, v in cols.items()}
         std[method] = {c: float(np.nanstd(v)) for c, v in cols.items()}
         seeds[method] = [r["seed"] for r in runs]
+        per_seed[method] = cols
         if y is not None and all(f"{method}/{r['seed']}" in predictions for r in runs):
-            per_seed = [bootstrap_all_hard(predictions[f"{method}/{r['seed']}"], y, groups.hard, k,
-                                           ref_pred=predictions.get(f"{reference}/{r['seed']}"))
-                        for r in runs]
-            ci[method] = {name: np.mean([p[name] for p in per_seed], axis=0).tolist()
-                          for name in per_seed[0]}
+            per_seed_ci = [bootstrap_all_hard(predictions[f"{method}/{r['seed']}"], y, groups.hard, k,
+                                              ref_pred=predictions.get(f"{reference}/{r['seed']}"))
+                           for r in runs]
+            ci[method] = {name: np.mean([p[name] for p in per_seed_ci], axis=0).tolist()
+                          for name in per_seed_ci[0]}
     prov = results.get("provenance", {})
     title = f"{prov.get('encoder', '?')} on {prov.get('dataset', '?')}, {results.get('head', '?')} head, " \
             f"adapter {results.get('adapter', 'none')}"
-    return Summary(list(by_method), reference, groups, mean, std, ci, seeds, title)
+    return Summary(list(by_method), reference, groups, mean, std, ci, seeds, title, per_seed, accs, rank_acc,
+                   list(results["class_names"]))
+
+
+# ---- tables ------------------------------------------------------------------------------------------------
+
+def _fmt(m: float, sd: float, signed: bool) -> str:
+    m = 0.0 if abs(m) < 0.005 else m  # no "-0.00"
+    return f"{'+' if signed and m > 0 else ''}{m:.2f} ± {sd:.2f}"
+
+
+def _num(v: float) -> str:
+    """A CSV number: 4 decimals, never "-0.0000"."""
+    return f"{round(v, 4) + 0.0:.4f}"
 
 
 def _cell(s: Summary, method: str, col: str) -> str:
@@ -105,9 +171,7 @@ def _cell(s: Summary, method: str, col: str) -> str:
     if col in CI_COLUMNS:
         v = s.ci.get(method, {}).get(col.replace(" 95% CI", ""))
         return f"[{v[0]:.1f}, {v[1]:.1f}]" if v else ""
-    m, sd = s.mean[method][col], s.std[method][col]
-    sign = "+" if col in DELTA_COLUMNS and m > 0 else ""
-    return f"{sign}{m:.2f} ± {sd:.2f}"
+    return _fmt(s.mean[method][col], s.std[method][col], col in DELTA_COLUMNS)
 
 
 def table_columns(s: Summary) -> list[str]:
@@ -116,10 +180,12 @@ def table_columns(s: Summary) -> list[str]:
 
 def to_markdown(s: Summary) -> str:
     cols = table_columns(s)
-    lines = [f"**{s.title}** — mean ± std over seeds (%), groups from {s.reference}",
+    best = {c: s.best(c) for c in cols}
+    lines = [f"**{s.title}** — mean ± std over seeds (%), groups from {s.reference}, best per column in bold",
              "", "| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for m in s.methods:
-        lines.append(f"| {m} | " + " | ".join(_cell(s, m, c) for c in cols) + " |")
+        cells = [f"**{_cell(s, m, c)}**" if m in best[c] else _cell(s, m, c) for c in cols]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -132,25 +198,243 @@ def to_csv(s: Summary) -> str:
     w.writerow(["method"] + cols + [f"{c}_std" for c in cols] + ["seeds"]
                + [f"{c}_ci_{b}" for c in ci_names for b in ("lo", "hi")])
     for m in s.methods:
-        cis = [f"{v:.4f}" for c in ci_names for v in s.ci.get(m, {}).get(c, [float("nan")] * 2)]
-        w.writerow([m] + [f"{s.mean[m][c]:.4f}" for c in cols] + [f"{s.std[m][c]:.4f}" for c in cols]
+        cis = [_num(v) for c in ci_names for v in s.ci.get(m, {}).get(c, [float("nan")] * 2)]
+        w.writerow([m] + [_num(s.mean[m][c]) for c in cols] + [_num(s.std[m][c]) for c in cols]
                    + [len(s.seeds[m])] + cis)
     return buf.getvalue()
 
 
-def write_report(run_dir: str | Path, group_on: str = "test") -> str:
-    """Rebuild table.md, table.csv and summary.json in ``run_dir`` from its results; return the markdown."""
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "±": r"$\pm$", "Δ": r"$\Delta$", "—": "--", "−": "$-$", "γ": r"$\gamma$"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX specials; ± → $\\pm$, Δ → $\\Delta$, em dash → --."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def to_latex(s: Summary) -> str:
+    """A booktabs table (protocol columns and Δs, no CIs) in a ``table`` float; needs booktabs and graphicx."""
+    cols = COLUMNS + DELTA_COLUMNS
+    best = {c: s.best(c) for c in cols}
+
+    def cell(m: str, c: str) -> str:
+        text = _cell(s, m, c)
+        text = latex_escape("−" + text[1:] if text.startswith("-") else text)  # − → $-$
+        return rf"\textbf{{{text}}}" if m in best[c] else text
+
+    label = re.sub(r"[^A-Za-z0-9]+", "-", s.title).strip("-").lower()
+    lines = [r"% mr2probe report table; needs \usepackage{booktabs} and \usepackage{graphicx}",
+             r"\begin{table}[t]", r"\centering",
+             rf"\caption{{{latex_escape(s.title)}: mean $\pm$ std over seeds (\%), groups from "
+             rf"{latex_escape(s.reference)}; best per column in bold.}}",
+             rf"\label{{tab:{label}}}", r"\resizebox{\linewidth}{!}{%",
+             r"\begin{tabular}{l" + "r" * len(cols) + "}", r"\toprule",
+             "method & " + " & ".join(latex_escape(c) for c in cols) + r" \\", r"\midrule"]
+    lines += [latex_escape(m) + " & " + " & ".join(cell(m, c) for c in cols) + r" \\" for m in s.methods]
+    lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_html_table(s: Summary) -> str:
+    cols = table_columns(s)
+    best = {c: s.best(c) for c in cols}
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method"] + cols)
+    rows = "".join("<tr><th>" + html.escape(m) + "</th>" + "".join(
+        f"<td><b>{html.escape(_cell(s, m, c))}</b></td>" if m in best[c] else f"<td>{html.escape(_cell(s, m, c))}</td>"
+        for c in cols) + "</tr>" for m in s.methods)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+# ---- one run -----------------------------------------------------------------------------------------------
+
+@dataclass
+class RunReport:
+    """Everything written for one run folder."""
+
+    run_dir: Path
+    summary: Summary
+    markdown: str
+    plots: list[Path]
+    notes: list[str]
+    hard_classes: list[str]
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+
+
+def report_run(run_dir: str | Path, group_on: str = "test", plots: bool = False, html_file: bool = False
+               ) -> RunReport:
+    """Write table.md/.csv/.tex and summary.json (and, if asked, the PNG plots and report.html) into ``run_dir``."""
     if group_on not in ("test", "val"):
         raise UserError(f"--groups-on must be test or val, got {group_on!r}")
-    from .experiment import atomic_json, _atomic_write
-
     run_dir = Path(run_dir)
     results = load_results(run_dir)
     s = summarize(results, load_predictions(run_dir), group_on)
-    md = to_markdown(s)
-    hard = ", ".join(results["class_names"][i] for i in s.groups.hard)
-    md += f"\nHard classes ({s.reference}): {hard}\n"
-    _atomic_write(run_dir / "table.md", lambda p: p.write_text(md))
-    _atomic_write(run_dir / "table.csv", lambda p: p.write_text(to_csv(s)))
-    atomic_json(run_dir / "summary.json", s.as_dict())
-    return md
+    hard = [s.class_names[i] for i in s.groups.hard]
+    md = to_markdown(s) + f"\nHard classes ({s.reference}): {', '.join(hard)}\n"
+    _write_text(run_dir / "table.md", md)
+    _write_text(run_dir / "table.csv", to_csv(s))
+    _write_text(run_dir / "table.tex", to_latex(s))
+    _write_text(run_dir / "summary.json", json.dumps(s.as_dict(), indent=1, default=str) + "\n")
+    written, notes = [], []
+    if plots:
+        from .plots import write_plots
+
+        written, notes = write_plots(s, results, run_dir)
+    rep = RunReport(run_dir, s, md, written, notes, hard)
+    if html_file:
+        _write_text(run_dir / "report.html", to_html([rep]))
+    return rep
+
+
+def write_report(run_dir: str | Path, group_on: str = "test", plots: bool = False, html_file: bool = False) -> str:
+    """Rebuild the tables (and optionally plots / report.html) in ``run_dir``; return the markdown."""
+    return report_run(run_dir, group_on, plots, html_file).markdown
+
+
+# ---- across runs -------------------------------------------------------------------------------------------
+
+def run_labels(run_dirs: Sequence[Path]) -> list[str]:
+    """Short unique names: each folder relative to the folders' common parent."""
+    paths = [Path(d).resolve() for d in run_dirs]
+    common = Path(os.path.commonpath(paths)) if paths else Path(".")
+    labels = [str(p.relative_to(common)) if p != common else p.name for p in paths]
+    return [lab if labels.count(lab) == 1 else str(p) for lab, p in zip(labels, paths)]
+
+
+def combine(reports: Sequence[tuple[str, Summary]]) -> list[dict[str, Any]]:
+    """Δ rows: one per (run, non-reference method) with mean/std over seeds (``scope`` "run", ``n`` = seeds),
+    then one per method averaged over the runs that have it (``scope`` "mean", std over runs, ``n`` = runs)."""
+    rows: list[dict[str, Any]] = []
+    for label, s in reports:
+        for m in s.methods:
+            if m != s.reference:
+                rows.append({"scope": "run", "run": label, "setting": s.title, "reference": s.reference, "method": m,
+                             "n": len(s.seeds[m]), **{c: s.mean[m][c] for c in DELTA_COLUMNS},
+                             **{f"{c}_std": s.std[m][c] for c in DELTA_COLUMNS}})
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    for m in methods:
+        mine = [r for r in rows if r["method"] == m and r["scope"] == "run"]
+        vals = np.array([[r[c] for c in DELTA_COLUMNS] for r in mine])  # [runs, 3]
+        rows.append({"scope": "mean", "run": f"mean over {len(mine)} run{'s' * (len(mine) > 1)}", "setting": "",
+                     "reference": ",".join(dict.fromkeys(r["reference"] for r in mine)), "method": m, "n": len(mine),
+                     **dict(zip(DELTA_COLUMNS, np.nanmean(vals, 0).tolist())),
+                     **{f"{c}_std": v for c, v in zip(DELTA_COLUMNS, np.nanstd(vals, 0).tolist())}})
+    return rows
+
+
+def _combined_bold(rows: list[dict[str, Any]]) -> list[set[str]]:
+    """Per row, the Δ columns in which its method is best within its block (its run, or the averages)."""
+    best = {}
+    for block in dict.fromkeys(r["run"] for r in rows):
+        mine = [r for r in rows if r["run"] == block]
+        best[block] = {c: best_of({r["method"]: r[c] for r in mine}, c) for c in DELTA_COLUMNS}
+    return [{c for c in DELTA_COLUMNS if r["method"] in best[r["run"]][c]} for r in rows]
+
+
+def combined_markdown(rows: list[dict[str, Any]], settings: dict[str, str]) -> str:
+    """The Δ summary as markdown; best per column in bold within each run and within the averages."""
+    lines = ["**Δ to the reference across runs** — per run: mean ± std over seeds; averages: mean ± std over runs "
+             "(points of %); best per column in bold within each block", ""]
+    lines += [f"- `{run}`: {title}" for run, title in settings.items()]
+    lines += ["", "| run | method | reference | " + " | ".join(DELTA_COLUMNS) + " |",
+              "|---" * (3 + len(DELTA_COLUMNS)) + "|"]
+    for r, bold in zip(rows, _combined_bold(rows)):
+        cells = [_fmt(r[c], r[f"{c}_std"], True) for c in DELTA_COLUMNS]
+        cells = [f"**{x}**" if c in bold else x for x, c in zip(cells, DELTA_COLUMNS)]
+        lines.append(f"| {r['run']} | {r['method']} | {r['reference']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def combined_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    keys = ["scope", "run", "setting", "reference", "method", "n"] + DELTA_COLUMNS + [f"{c}_std" for c in DELTA_COLUMNS]
+    w = csv.DictWriter(buf, keys)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _num(r[k]) if isinstance(r[k], float) else r[k] for k in keys})
+    return buf.getvalue()
+
+
+def summary_paths(run_dirs: Sequence[Path], summary: Path | None) -> tuple[Path, Path]:
+    """(markdown, csv) paths: PATH.md/PATH.csv, DIR/summary.md/.csv for an existing folder, default the run
+    folders' common parent."""
+    if summary is None:
+        summary = Path(os.path.commonpath([Path(d).resolve() for d in run_dirs]))
+    if summary.is_dir():
+        return summary / "summary.md", summary / "summary.csv"
+    if not summary.parent.is_dir():
+        raise UserError(f"--summary {summary}: folder {summary.parent} does not exist")
+    return summary.with_suffix(".md"), summary.with_suffix(".csv")
+
+
+def to_html(reports: Sequence[RunReport], combined_rows: list[dict[str, Any]] | None = None) -> str:
+    """One self-contained HTML page: optional Δ summary, then per run its table, notes and plots (base64 PNG)."""
+    css = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+           "font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
+           "th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
+           ".note{color:#a60}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>mr2probe report</title><style>{css}</style>"
+             "</head><body><h1>mr2probe report</h1>"]
+    if combined_rows:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["run", "method", "reference"] + DELTA_COLUMNS)
+        def td(text: str, bold: bool = False) -> str:
+            return f"<td><b>{html.escape(text)}</b></td>" if bold else f"<td>{html.escape(text)}</td>"
+
+        body = "".join("<tr>" + "".join(td(str(r[c])) for c in ("run", "method", "reference"))
+                       + "".join(td(_fmt(r[c], r[f"{c}_std"], True), c in bold) for c in DELTA_COLUMNS) + "</tr>"
+                       for r, bold in zip(combined_rows, _combined_bold(combined_rows)))
+        parts.append("<h2>Δ to the reference across runs</h2><p>Per run: mean ± std over seeds; averages: mean ± "
+                     "std over runs (points of %); best per column in bold within each block.</p>"
+                     f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    for rep in reports:
+        s = rep.summary
+        parts.append(f"<h2>{html.escape(s.title)}</h2><p>Run folder <code>{html.escape(str(rep.run_dir))}</code>; "
+                     f"mean ± std over seeds (%), groups from <b>{html.escape(s.reference)}</b>, best per column in "
+                     f"bold.</p>{to_html_table(s)}<p>Hard classes: {html.escape(', '.join(rep.hard_classes))}</p>")
+        parts += [f"<p class='note'>{html.escape(n)}</p>" for n in rep.notes]
+        for p in rep.plots:
+            b64 = base64.b64encode(p.read_bytes()).decode("ascii")
+            parts.append(f"<figure><img alt='{html.escape(p.name)}' src='data:image/png;base64,{b64}'></figure>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def run_report(run_dirs: Sequence[str | Path], group_on: str = "test", summary: str | Path | None = None,
+               html_file: bool = False, plots: bool = True) -> str:
+    """The ``mr2probe report`` command: per-run files, then (several runs or ``summary`` given) the Δ summary.
+    Returns the text to print. With ``html_file``: one run → RUN_DIR/report.html; several → report.html beside
+    the summary files, holding the summary and every run."""
+    dirs = [Path(d) for d in run_dirs]
+    for d in dirs:  # fail before writing anything
+        load_results(d)
+    reports = [report_run(d, group_on, plots, html_file and len(dirs) == 1) for d in dirs]
+    out = []
+    for rep in reports:
+        out += [rep.markdown.rstrip("\n")] + rep.notes
+        names = ["table.md", "table.csv", "table.tex", "summary.json"] + [p.name for p in rep.plots]
+        names += ["report.html"] if html_file and len(dirs) == 1 else []
+        out.append(f"wrote {rep.run_dir}/{{{','.join(names)}}}")
+        out.append("")
+    if len(dirs) > 1 or summary is not None:
+        labels = run_labels(dirs)
+        rows = combine([(lab, rep.summary) for lab, rep in zip(labels, reports)])
+        md = combined_markdown(rows, {lab: rep.summary.title for lab, rep in zip(labels, reports)})
+        md_path, csv_path = summary_paths(dirs, Path(summary) if summary is not None else None)
+        _write_text(md_path, md)
+        _write_text(csv_path, combined_csv(rows))
+        out += [md, f"wrote {md_path} and {csv_path}"]
+        if html_file:
+            html_path = md_path.parent / "report.html"
+            _write_text(html_path, to_html(reports, rows))
+            out.append(f"wrote {html_path}")
+    return "\n".join(out)

@@ -1,0 +1,121 @@
+"""Speed of the sweep engine: all methods × seeds × grid points trained as stacked heads.
+
+Three ratios, each against a reference measured in the same run:
+  sweep/sequential  the stacked sweep against the same heads trained one after another
+  sweep/gemm        the sweep against the bare matrix products it needs (forward X·Wᵀ and the weight gradient
+                    Gᵀ·X for every step, same shapes, same FLOPs) — target ≤ 2
+  ce/sklearn_time   one CE probe (ours) against sklearn's LogisticRegression on the real Fashion-MNIST ×
+                    EfficientNet-Lite0 features, both reaching the test accuracy printed beside (target ≤ 0.2)
+Shapes: "fmnist" = 60000 × 1280, K = 10 (synthetic Gaussian classes of that shape); "imagenet" = N × 768,
+K = 1000 with a scaled-down N (default 4096) so it runs on a CPU.
+Usage: python benchmarks/speed_sweep.py [--shapes fmnist,imagenet] [--epochs 1] [--features FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mr2probe.methods import METHODS
+from mr2probe.trainer import TrainConfig, TrainData, expand_runs, train_stack
+
+SHAPES = {"fmnist": (60000, 1280, 10), "imagenet": (4096, 768, 1000)}
+
+
+def synthetic(n: int, d: int, k: int, seed: int = 0) -> TrainData:
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % k
+    centers = torch.randn(k, d, generator=g)
+    x = centers[y] + 2.0 * torch.randn(n, d, generator=g)
+    return TrainData(x, y, x[: max(k, n // 10)], y[: max(k, n // 10)], k)
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def bare_gemms(data: TrainData, heads: int, steps: int, batch: int) -> float:
+    """The products a sweep step needs: logits = X_b Wᵀ ([B, D] × [D, H·K]) and grad_W = Gᵀ X_b."""
+    d, k = data.x.shape[1], data.num_classes
+    w = torch.randn(heads * k, d) * 0.01
+    n = len(data.y)
+
+    def run() -> None:
+        for s in range(steps):
+            i = (s * batch) % max(n - batch, 1)
+            xb = data.x[i:i + batch]
+            g = xb @ w.T
+            _ = g.T @ xb
+
+    return timed(run)
+
+
+def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, batch: int) -> None:
+    n, d, k = SHAPES[name]
+    data = synthetic(n, d, k)
+    cfg = TrainConfig(epochs=epochs, batch_size=batch, progress=False)
+    specs = expand_runs(methods, seeds, cfg)
+    by_seed = {s: [sp for sp in specs if sp.seed == s] for s in seeds}
+    t_sweep = timed(lambda: [train_stack(data, ss, cfg) for ss in by_seed.values()])
+    t_seq = timed(lambda: [train_stack(data, [sp], cfg) for sp in specs])
+    steps = epochs * -(-n // batch)
+    t_gemm = sum(bare_gemms(data, len(ss), steps, batch) for ss in by_seed.values())
+    print(f"[{name}] N={n} D={d} K={k}: {len(specs)} heads ({len(methods)} methods × grid × {len(seeds)} seeds), "
+          f"{epochs} epoch(s): sweep {t_sweep:.1f} s, sequential {t_seq:.1f} s, bare GEMMs {t_gemm:.1f} s")
+    print(f"[{name}] sweep/sequential={t_sweep / t_seq:.3f}")
+    print(f"[{name}] sweep/gemm={t_sweep / t_gemm:.2f}")
+
+
+def ce_vs_sklearn(features: Path, epochs: int) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    from mr2probe.featurestore import read_features
+
+    fs = read_features(features)
+    tr, te = fs.splits["train"], fs.splits["test"]
+    x, y = tr.features.astype(np.float32), tr.labels
+    xt, yt = te.features.astype(np.float32), te.labels
+    data = TrainData(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(xt[:10]), torch.from_numpy(yt[:10]),
+                     fs.num_classes)
+    cfg = TrainConfig(epochs=epochs, batch_size=512, lrs=(1e-3,), weight_decays=(1e-4,), progress=False)
+    spec = expand_runs(["ce"], [0], cfg)[:1]
+    trained = {}
+    t_ours = timed(lambda: trained.setdefault("s", train_stack(data, spec, cfg)))
+    acc_ours = float((trained["s"].predict(torch.from_numpy(xt))[0].argmax(-1).numpy() == yt).mean())
+    clf = LogisticRegression(max_iter=1000)
+    t_skl = timed(lambda: clf.fit(x, y))
+    acc_skl = float(clf.score(xt, yt))
+    print(f"[ce vs sklearn] {features}: ours {t_ours:.1f} s → test acc {100 * acc_ours:.2f}%, "
+          f"sklearn LogisticRegression(lbfgs) {t_skl:.1f} s → {100 * acc_skl:.2f}% "
+          f"(difference {100 * (acc_ours - acc_skl):+.2f} pt)")
+    print(f"ce/sklearn_time={t_ours / t_skl:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="fmnist,imagenet")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--features", type=Path, default=Path("features/fmnist-effl0.h5"))
+    ap.add_argument("--ce-epochs", type=int, default=10)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; methods: {', '.join(methods)}")
+    for name in args.shapes.split(","):
+        if name:
+            sweep_ratios(name, methods, list(range(args.seeds)), args.epochs, args.batch)
+    if args.features.exists():
+        ce_vs_sklearn(args.features, args.ce_epochs)
+    else:
+        print(f"[ce vs sklearn] skipped: {args.features} not found (mr2probe extract it first)")
+
+
+if __name__ == "__main__":
+    main()
