@@ -74,6 +74,10 @@ class Method:
     def __init__(self, hparams: list[dict[str, Any]], ctx: FitContext) -> None:
         self.hparams, self.ctx, self.h = hparams, ctx, len(hparams)
 
+    @classmethod
+    def check(cls, hparams: dict[str, Any]) -> None:
+        """Refuse invalid hyperparameter values with a one-line UserError (override per method)."""
+
     def hp(self, key: str) -> torch.Tensor:
         """Hyperparameter ``key`` of each head, float tensor [h] on the training device."""
         return torch.tensor([float(hp[key]) for hp in self.hparams], dtype=self.ctx.x.dtype,

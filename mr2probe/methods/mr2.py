@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ..stats import ClassStats, class_stats, class_stats_chunked, margins
 from ._base import METHODS, Batch, Method, per_head_ce
 
@@ -64,6 +65,17 @@ class MR2(Method):
     defaults: dict[str, Any] = {"p": 3.0, "c_bar": 1.0, "lam": 0.1, "tau": 0.0, "exponent": 1 / 3,
                                 "uniform": False, "stats": "exact", "ema_decay": 0.999}
     grid = {"c_bar": [1.0, 2.0]}
+
+    @classmethod
+    def check(cls, hp: dict[str, Any]) -> None:
+        rules = {"c_bar": (hp["c_bar"] > 0, "> 0"), "p": (hp["p"] >= 1, "≥ 1"), "lam": (hp["lam"] >= 0, "≥ 0"),
+                 "tau": (hp["tau"] >= 0, "≥ 0 (0 = 10·d)"), "exponent": (hp["exponent"] > 0, "> 0"),
+                 "ema_decay": (0 <= hp["ema_decay"] < 1, "in [0, 1)")}
+        for key, (ok, need) in rules.items():
+            if not ok:
+                raise UserError(f"{key} must be {need}, got {hp[key]}")
+        if hp["stats"] not in ("exact", "ema"):
+            raise UserError(f"stats must be exact or ema, got {hp['stats']!r}")
 
     def prepare(self) -> None:
         self.uses_rep = self.ctx.probe.adapter != "none" and any(hp["lam"] > 0 for hp in self.hparams)
