@@ -5,6 +5,9 @@ Protocol (../shared/spec/protocol.md): val is the file's val split, else a strat
 the best val score (``select``: "acc" overall or "macc" mean per-class accuracy) is kept and evaluated once on
 test. Each seed's stack is saved to ``RUN_DIR/parts/`` as soon as it finishes, so a killed run resumes
 without retraining finished seeds.
+
+Features (train + val + test as float32) that fit in ``max_memory`` are loaded onto the training device;
+larger files are validated chunk by chunk and streamed from the file during training (``source.py``).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 
@@ -27,7 +31,8 @@ from .featurestore import FeatureSet, check_classes_covered, file_sha256, read_f
 from .metrics import per_class_accuracy
 from .methods import METHODS
 from .progress import console
-from .trainer import TrainConfig, TrainData, expand_runs, pick_device, train_stack
+from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
+from .trainer import TrainConfig, TrainData, expand_runs, method_hparams, pick_device, train_stack
 
 SELECT_METRICS = ("acc", "macc")
 
@@ -45,11 +50,14 @@ class ExperimentConfig:
     val_seed: int = 0
     reference: str = "ce"
     train: TrainConfig = field(default_factory=TrainConfig)
+    max_memory: int | str = DEFAULT_MAX_MEMORY  # feature memory cap: bytes, "512MB", "8GiB", … or "auto" (source.py)
 
     def check(self) -> None:
         self.train.check()
         for m in self.methods:
-            METHODS.get(m)
+            if METHODS.get(m).needs_adapter and self.train.probe.adapter == "none":
+                raise UserError(f"method {m!r} needs a trainable adapter: pass --adapter linear or mlp")
+            method_hparams(m, self.train)  # unknown or invalid --set values: refused before anything is written
         if not self.methods:
             raise UserError("--methods is empty")
         if not self.seeds:
@@ -58,6 +66,7 @@ class ExperimentConfig:
             raise UserError(f"--select must be one of {', '.join(SELECT_METRICS)}, got {self.select!r}")
         if not 0 < self.val_fraction < 1:
             raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+        parse_size(self.max_memory)
 
 
 def holdout_val(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,25 +83,41 @@ def holdout_val(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, 
     return np.sort(order[~is_val]), np.sort(order[is_val])
 
 
-def prepare_data(fs: FeatureSet, cfg: ExperimentConfig, device: torch.device
-                 ) -> tuple[TrainData, tuple[torch.Tensor, torch.Tensor], dict[str, Any]]:
-    """Tensors for training, validation and test, and a description of where val came from."""
+def prepare_data(fs: FeatureSet, cfg: ExperimentConfig, device: torch.device, h5: h5py.File | None = None,
+                 max_memory: int = 0) -> tuple[TrainData, tuple[torch.Tensor | StreamedFeatures, torch.Tensor],
+                                               dict[str, Any]]:
+    """Data for training, validation and test, and a description of where val came from.
+
+    Labels are tensors on ``device``. Features: tensors on ``device`` from ``fs`` (read with its features); or,
+    given ``h5`` (the open feature file; ``fs`` read with ``load="labels"``), :class:`StreamedFeatures` of it,
+    with training blocks sized by ``max_memory`` (``stream_layout``)."""
     def t(a: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.as_tensor(a, dtype=dtype, device=device)
 
+    if h5 is None:
+        def features(split: str, rows: np.ndarray | None) -> torch.Tensor:
+            x = fs.splits[split].features
+            return t(x if rows is None else x[rows])
+    else:
+        chunks = h5["train"]["features"].chunks
+        block, piece = stream_layout(max_memory, fs.dim, cfg.train.batch_size, chunks[0] if chunks else None)
+
+        def features(split: str, rows: np.ndarray | None) -> StreamedFeatures:
+            return StreamedFeatures(h5[split]["features"], rows, device, block, piece)
+
     tr = fs.splits["train"]
     if "val" in fs.splits:
-        val = fs.splits["val"]
-        vx, vy, x, y = val.features, val.labels, tr.features, tr.labels
+        x, y = features("train", None), tr.labels
+        vx, vy = features("val", None), fs.splits["val"].labels
         source = "file"
     else:
         keep, held = holdout_val(tr.labels, cfg.val_fraction, cfg.val_seed)
-        x, y, vx, vy = tr.features[keep], tr.labels[keep], tr.features[held], tr.labels[held]
+        x, y, vx, vy = features("train", keep), tr.labels[keep], features("train", held), tr.labels[held]
         source = f"stratified {cfg.val_fraction:.0%} of train (seed {cfg.val_seed})"
     te = fs.splits["test"]
-    data = TrainData(t(x), t(y, torch.long), t(vx), t(vy, torch.long), fs.num_classes)
+    data = TrainData(x, t(y, torch.long), vx, t(vy, torch.long), fs.num_classes)
     sizes = {"train": int(len(y)), "val": int(len(vy)), "test": int(len(te.labels)), "val_source": source}
-    return data, (t(te.features), t(te.labels, torch.long)), sizes
+    return data, (features("test", None), t(te.labels, torch.long)), sizes
 
 
 def _score(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.ndarray:
@@ -128,14 +153,19 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
         return {k.replace("__", "/"): z[k] for k in z.files}
 
 
-def _config_key(cfg: ExperimentConfig, features_hash: str) -> str:
-    blob = json.dumps({"features": features_hash, "methods": cfg.methods, "train": asdict(cfg.train),
-                       "select": cfg.select, "val": [cfg.val_fraction, cfg.val_seed]}, sort_keys=True, default=str)
+def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int] | None = None) -> str:
+    """Identifies a seed's part file; ``stream`` (block and piece rows, which fix the streamed data order) only
+    when the features are streamed, so in-memory keys are unchanged."""
+    key = {"features": features_hash, "methods": cfg.methods, "train": asdict(cfg.train), "select": cfg.select,
+           "val": [cfg.val_fraction, cfg.val_seed]}
+    if stream:
+        key["stream"] = stream
+    blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def train_seed(data: TrainData, test: tuple[torch.Tensor, torch.Tensor], cfg: ExperimentConfig, seed: int,
-               log) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], cfg: ExperimentConfig,
+               seed: int, log) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test."""
     specs = expand_runs(cfg.methods, [seed], cfg.train)
     t0 = time.time()
@@ -164,14 +194,34 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor, torch.Tensor], cfg: Ex
 
 
 def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
-    """Train every (method, seed), write RUN_DIR/results.json and predictions.npz; return the results."""
+    """Train every (method, seed), write RUN_DIR/results.json and predictions.npz; return the results.
+
+    The features are loaded onto the device if train + val + test as float32 fit in ``cfg.max_memory``, else
+    streamed from the file, which stays open until the end."""
     cfg.check()
     t_start = time.time()
-    fs = read_features(cfg.features)
-    check_classes_covered(fs)
+    header = read_features(cfg.features, load=False)
     device = pick_device(cfg.train.device)
-    data, test, sizes = prepare_data(fs, cfg, device)
+    max_memory = resolve_max_memory(cfg.max_memory, device)
+    feature_bytes = sum(header.rows.values()) * header.dim * 4
+    in_memory = feature_bytes <= max_memory
+    fs = read_features(cfg.features, load=True if in_memory else "labels")
+    check_classes_covered(fs)
+    h5 = None if in_memory else h5py.File(cfg.features, "r")
+    try:
+        data, test, sizes = prepare_data(fs, cfg, device, h5, max_memory)
+        return _train_and_write(cfg, fs, device, data, test, sizes, feature_bytes, max_memory, t_start)
+    finally:
+        if h5 is not None:
+            h5.close()
+
+
+def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device, data: TrainData,
+                     test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], sizes: dict[str, Any],
+                     feature_bytes: int, max_memory: int, t_start: float) -> dict[str, Any]:
     features_hash = file_sha256(cfg.features)
+    streamed = isinstance(data.x, StreamedFeatures)
+    stream = {"block_rows": data.x.block_rows, "piece_rows": data.x.piece_rows} if streamed else None
     out = Path(cfg.out)
     try:
         (out / "parts").mkdir(parents=True, exist_ok=True)
@@ -180,13 +230,18 @@ def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
         probe_file.unlink()
     except OSError as e:
         raise UserError(f"cannot write to output folder {out}: {e.strerror}") from None
-    key = _config_key(cfg, features_hash)
+    key = _config_key(cfg, features_hash, stream)
     notes: list[str] = []
 
     def log(msg: str) -> None:
         if msg not in notes:
             notes.append(msg)
             console.print(f"[dim]{msg}[/dim]")
+
+    if stream:
+        log(f"features ({feature_bytes / 2**20:.1f} MiB as float32) exceed --max-memory ({max_memory / 2**20:.1f} "
+            f"MiB): streamed from the file in blocks of {stream['block_rows']} rows ({stream['piece_rows']}-row "
+            "pieces); the data order differs from an in-memory run")
 
     runs: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
@@ -212,13 +267,17 @@ def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
         "reference": cfg.reference if cfg.reference in cfg.methods else cfg.methods[0],
         "head": cfg.train.probe.head, "adapter": cfg.train.probe.adapter,
         "config": {"methods": cfg.methods, "seeds": cfg.seeds, "select": cfg.select,
-                   "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train)},
+                   "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train),
+                   "max_memory": cfg.max_memory},
         "provenance": {
             "features": str(cfg.features), "features_sha256": features_hash, "encoder": fs.encoder,
             "dataset": fs.dataset, "feature_dim": fs.dim, "splits": sizes,
             "feature_file_attrs": {k: v for k, v in fs.attrs.items() if k != "class_names"},
             "torch": str(torch.__version__), "numpy": np.__version__, "mr2probe": __version__,
             "python": platform.python_version(), "device": str(device),
+            "features_in_memory": not streamed, "max_memory_bytes": max_memory,
+            "stream_block_rows": stream["block_rows"] if stream else None,
+            "stream_piece_rows": stream["piece_rows"] if stream else None,
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
             "wall_time_s": round(time.time() - t_start, 2), "command": " ".join(sys.argv),
         },

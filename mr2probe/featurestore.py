@@ -74,7 +74,7 @@ class FeatureSet:
 
 def _attr_str(v: Any) -> Any:
     if isinstance(v, bytes):
-        return v.decode()
+        return v.decode("utf-8", "replace")  # a damaged or foreign attribute is reported, not a crash
     if isinstance(v, np.generic):
         return v.item()
     return v
@@ -102,7 +102,7 @@ def _open(path: Path) -> h5py.File:
 
 def _check_header(f: h5py.File, path: Path) -> tuple[dict[str, Any], list[str]]:
     attrs = {k: _attr_str(v) for k, v in f.attrs.items()}
-    if attrs.get("format") != FORMAT:
+    if not isinstance(attrs.get("format"), str) or attrs["format"] != FORMAT:
         raise UserError(f"{path}: attribute format is {attrs.get('format')!r}, expected {FORMAT!r} "
                         "(not an mr2probe feature file; see the README for the layout)")
     version = attrs.get("format_version")

@@ -5,6 +5,10 @@ all their logits on a batch, each method computes its heads' losses vectorised, 
 ``StackedAdamW`` step with per-head lr and weight decay. A run's seed fixes both its initialisation and its
 data order, so a head trained inside a stack follows the same trajectory as trained alone (up to float
 rounding of the larger product).
+
+Features are tensors on the training device, or — when they do not fit the memory cap — a
+:class:`~mr2probe.source.StreamedFeatures` read from the feature file: the trainer only slices them
+(``x[i:j]``, in chunks) and draws training batches through :func:`epoch_batches`.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from .heads import ProbeConfig, ProbeStack
 from .methods import METHODS, Batch, FitContext, Method
 from .optim import StackedAdamW
 from .progress import progress_bar
+from .source import StreamedFeatures
 
 EVAL_CHUNK = 8192
 
@@ -43,10 +48,10 @@ class TrainConfig:
             raise UserError(f"--epochs must be ≥ 1, got {self.epochs}")
         if self.batch_size < 2:
             raise UserError(f"--batch-size must be ≥ 2, got {self.batch_size}")
-        if not self.lrs or any(not lr > 0 for lr in self.lrs):
-            raise UserError(f"--lr values must be > 0, got {list(self.lrs)}")
-        if not self.weight_decays or any(wd < 0 for wd in self.weight_decays):
-            raise UserError(f"--wd values must be ≥ 0, got {list(self.weight_decays)}")
+        if not self.lrs or any(not 0 < lr < float("inf") for lr in self.lrs):
+            raise UserError(f"--lr values must be finite and > 0, got {list(self.lrs)}")
+        if not self.weight_decays or any(not 0 <= wd < float("inf") for wd in self.weight_decays):
+            raise UserError(f"--wd values must be finite and ≥ 0, got {list(self.weight_decays)}")
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,11 @@ class RunSpec:
 
 @dataclass
 class TrainData:
-    """Training and validation tensors on the training device."""
+    """Training and validation data: labels are tensors on the training device, features too or streamed."""
 
-    x: torch.Tensor
+    x: torch.Tensor | StreamedFeatures
     y: torch.Tensor
-    val_x: torch.Tensor
+    val_x: torch.Tensor | StreamedFeatures
     val_y: torch.Tensor
     num_classes: int
 
@@ -85,7 +90,15 @@ def method_hparams(method: str, cfg: TrainConfig) -> list[dict[str, Any]]:
     if cfg.use_method_grids:
         grid.update({k: v for k, v in cls.grid.items() if k not in fixed})
     keys = list(grid)
-    return [{**cls.defaults, **fixed, **dict(zip(keys, values))} for values in itertools.product(*grid.values())]
+    points = [{**cls.defaults, **fixed, **dict(zip(keys, values))} for values in itertools.product(*grid.values())]
+    for hp in points:
+        try:
+            cls.check(hp)
+        except TypeError:
+            raise UserError(f"method {method!r}: a hyperparameter has the wrong type in {fixed}") from None
+        except UserError as e:
+            raise UserError(f"method {method!r}: {e} (--set {method}.PARAM=VALUE)") from None
+    return points
 
 
 def expand_runs(methods: list[str], seeds: list[int], cfg: TrainConfig) -> list[RunSpec]:
@@ -94,6 +107,24 @@ def expand_runs(methods: list[str], seeds: list[int], cfg: TrainConfig) -> list[
 
 def pick_device(device: str | None) -> torch.device:
     return torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def chunk_rows(x: torch.Tensor | StreamedFeatures) -> int:
+    """Rows per evaluation chunk: EVAL_CHUNK, or less for streamed features (at most one block)."""
+    return min(EVAL_CHUNK, x.block_rows) if isinstance(x, StreamedFeatures) else EVAL_CHUNK
+
+
+def epoch_batches(x: torch.Tensor | StreamedFeatures, batch_size: int, gen: torch.Generator
+                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of (positions in the training set, features) batches, in an order fixed by ``gen``: a random
+    permutation in memory; for streamed features shuffled blocks (``StreamedFeatures.batches``). Both have
+    ⌈N / batch_size⌉ batches."""
+    if isinstance(x, StreamedFeatures):
+        yield from x.batches(batch_size, gen)
+        return
+    order = torch.randperm(len(x), generator=gen).to(x.device)
+    for idx in order.split(batch_size):
+        yield idx, x[idx]
 
 
 @dataclass
@@ -105,9 +136,10 @@ class TrainedStack:
     info: list[dict[str, Any]]
 
     @torch.no_grad()
-    def predict(self, x: torch.Tensor, heads: list[int] | None = None) -> torch.Tensor:
+    def predict(self, x: torch.Tensor | StreamedFeatures, heads: list[int] | None = None) -> torch.Tensor:
         """Logits [H, N, K] (or of the chosen heads), evaluated in chunks."""
-        outs = [self.probe(x[i:i + EVAL_CHUNK])[1] for i in range(0, len(x), EVAL_CHUNK)]
+        c = chunk_rows(x)
+        outs = [self.probe(x[i:i + c])[1] for i in range(0, len(x), c)]
         logits = torch.cat(outs, dim=1)
         return logits if heads is None else logits[heads]
 
@@ -139,14 +171,16 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
 
     def make_ctx(sl: slice) -> FitContext:
         def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            c = chunk_rows(data.x)
             with torch.no_grad():
-                for i in range(0, n, EVAL_CHUNK):
-                    z = probe.represent(data.x[i:i + EVAL_CHUNK])
-                    yield (z if z.shape[0] == 1 else z[sl]), data.y[i:i + EVAL_CHUNK]
+                for i in range(0, n, c):
+                    z = probe.represent(data.x[i:i + c])
+                    yield (z if z.shape[0] == 1 else z[sl]), data.y[i:i + c]
 
-        def predict(x: torch.Tensor) -> torch.Tensor:
+        def predict(x: torch.Tensor | StreamedFeatures) -> torch.Tensor:
+            c = chunk_rows(x)
             with torch.no_grad():
-                return torch.cat([probe(x[i:i + EVAL_CHUNK])[1][sl] for i in range(0, len(x), EVAL_CHUNK)], 1)
+                return torch.cat([probe(x[i:i + c])[1][sl] for i in range(0, len(x), c)], 1)
 
         def train_aux(method: str, hparams: list[dict[str, Any]], aux_epochs: int) -> torch.Tensor:
             aux = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
@@ -183,15 +217,13 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
         for epoch in range(epochs):
             for m, _ in methods:
                 m.on_epoch_start(epoch)
-            order = torch.randperm(n, generator=gen).to(data.x.device)
-            for b in range(steps_per_epoch):
-                idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
-                xb, yb = data.x[idx], data.y[idx]
+            for idx, xb in epoch_batches(data.x, cfg.batch_size, gen):
+                yb = data.y[idx]
                 rep, logits = probe(xb, detach)
                 loss = sum(m.loss(Batch(logits[sl], rep if rep.shape[0] == 1 else rep[sl], yb, idx)).sum()
                            for m, sl in methods)
                 if not torch.isfinite(loss):
-                    raise UserError(f"training diverged (loss {float(loss)}) at epoch {epoch}; lower --lr")
+                    raise UserError(f"training diverged (loss {loss.item()}) at epoch {epoch}; lower --lr")
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
