@@ -30,7 +30,7 @@ from .errors import UserError
 from .featurestore import FeatureSet, check_classes_covered, file_sha256, read_features
 from .metrics import per_class_accuracy
 from .methods import METHODS
-from .progress import console
+from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
 from .trainer import TrainConfig, TrainData, expand_runs, method_hparams, pick_device, train_stack
 
@@ -165,11 +165,11 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
 
 
 def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], cfg: ExperimentConfig,
-               seed: int, log) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+               seed: int, log, bar: Any = None) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test."""
     specs = expand_runs(cfg.methods, [seed], cfg.train)
     t0 = time.time()
-    trained = train_stack(data, specs, cfg.train, log, description=f"train {len(cfg.methods)} methods")
+    trained = train_stack(data, specs, cfg.train, log, description=f"sweep {len(cfg.methods)} methods", bar=bar)
     wall = time.time() - t0
     val_logits = trained.predict(data.val_x)
     scores = _score(val_logits, data.val_y, data.num_classes, cfg.select)
@@ -245,19 +245,24 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
 
     runs: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
-    for seed in cfg.seeds:
-        part = out / "parts" / f"seed{seed}-{key}.json"
-        part_npz = out / "parts" / f"seed{seed}-{key}.npz"
-        if part.exists() and part_npz.exists():
-            log(f"seed {seed}: already trained ({part.name}), kept")
-            seed_runs = json.loads(part.read_text())["runs"]
-            seed_preds = load_npz(part_npz)
-        else:
-            seed_runs, seed_preds = train_seed(data, test, cfg, seed, log)
-            atomic_npz(part_npz, seed_preds)
-            atomic_json(part, {"key": key, "runs": seed_runs})
-        runs += seed_runs
-        preds.update(seed_preds)
+    parts = {seed: (out / "parts" / f"seed{seed}-{key}.json", out / "parts" / f"seed{seed}-{key}.npz")
+             for seed in cfg.seeds}
+    todo = [s for s, (pj, pn) in parts.items() if not (pj.exists() and pn.exists())]
+    steps = cfg.train.epochs * -(-len(data.y) // cfg.train.batch_size)
+    heads = len(expand_runs(cfg.methods, [0], cfg.train))
+    with progress_bar(f"sweep: {len(cfg.methods)} methods × {len(todo)} seeds, {heads} heads per seed",
+                      total=len(todo) * steps, enabled=cfg.train.progress) as bar:
+        for seed, (part, part_npz) in parts.items():
+            if seed not in todo:
+                log(f"seed {seed}: already trained ({part.name}), kept")
+                seed_runs = json.loads(part.read_text())["runs"]
+                seed_preds = load_npz(part_npz)
+            else:
+                seed_runs, seed_preds = train_seed(data, test, cfg, seed, log, bar)
+                atomic_npz(part_npz, seed_preds)
+                atomic_json(part, {"key": key, "runs": seed_runs})
+            runs += seed_runs
+            preds.update(seed_preds)
     order = {m: i for i, m in enumerate(cfg.methods)}
     runs.sort(key=lambda r: (order[r["method"]], r["seed"]))
     results = {

@@ -12,6 +12,7 @@ Features are tensors on the training device, or — when they do not fit the mem
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -156,7 +157,7 @@ def _slices(specs: list[RunSpec]) -> list[tuple[str, slice]]:
 
 def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
                 log: Callable[[str], None] = lambda m: None, epochs: int | None = None,
-                description: str = "train") -> TrainedStack:
+                description: str = "train", bar: Any = None) -> TrainedStack:
     """Train the heads of ``specs`` (all with one seed) together; returns the trained stack."""
     seeds = {s.seed for s in specs}
     if len(seeds) != 1:
@@ -212,9 +213,11 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
         detach[sl] = type(m).detach_head_input
     detach = detach if bool(detach.any()) else None
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    with progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=epochs * steps_per_epoch,
-                      enabled=cfg.progress) as bar:
+    own = progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=epochs * steps_per_epoch,
+                       enabled=cfg.progress and bar is None)
+    with own if bar is None else contextlib.nullcontext(bar) as bar:
         for epoch in range(epochs):
+            bar.update(description=f"{description} · seed {seed} · {len(specs)} heads · epoch {epoch + 1}/{epochs}")
             for m, _ in methods:
                 m.on_epoch_start(epoch)
             for idx, xb in epoch_batches(data.x, cfg.batch_size, gen):
