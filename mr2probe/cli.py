@@ -129,6 +129,18 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
         raise UserError(f"{flag} takes comma-separated numbers, got {text!r}") from None
 
 
+def resolve_methods(methods: str | list[str], adapter: str) -> tuple[list[str], list[str]]:
+    """``"all"`` → (every registered method that can run with ``adapter``, those left out because they need
+    a trainable adapter); a comma-separated string or a list → (those names, [])."""
+    from .methods import METHODS
+
+    if isinstance(methods, str) and methods.strip() == "all":
+        names = [m for m in METHODS.names() if adapter != "none" or not METHODS.get(m).needs_adapter]
+        return names, sorted(set(METHODS.names()) - set(names))
+    items = methods.split(",") if isinstance(methods, str) else methods
+    return [m.strip() for m in items if m.strip()], []
+
+
 def _method_params(items: list[str]) -> dict[str, dict]:
     """``--set mr2.p=2 --set focal.gamma=1`` → {"mr2": {"p": 2.0}, "focal": {"gamma": 1.0}}."""
     out: dict[str, dict] = {}
@@ -184,7 +196,6 @@ def train(
     """Train probes with the chosen methods and seeds on cached features; writes results.json and the table."""
     from .experiment import ExperimentConfig, run_experiment
     from .heads import ProbeConfig
-    from .methods import METHODS
     from .report import write_report
     from .source import parse_size
     from .trainer import TrainConfig
@@ -192,13 +203,9 @@ def train(
     if features is None:
         features = default_features()
         typer.echo(f"no --features given: using the bundled file {features}", err=True)
-    if methods.strip() == "all":
-        names = [m for m in METHODS.names() if adapter != "none" or not METHODS.get(m).needs_adapter]
-        skipped = sorted(set(METHODS.names()) - set(names))
-        if skipped:
-            typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
-    else:
-        names = [m.strip() for m in methods.split(",") if m.strip()]
+    names, skipped = resolve_methods(methods, adapter)
+    if skipped:
+        typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
     probe = ProbeConfig(head=head, adapter=adapter, width=width, scale=scale, learn_scale=learn_scale)
@@ -273,6 +280,26 @@ def datasets() -> None:
 
     for name, doc in DATASETS.describe().items():
         typer.echo(f"{name:<24} {doc}")
+
+
+@app.command()
+@guarded("rerun the same command to resume: cached features and finished seeds are kept")
+def bench(
+    suite: Path = typer.Argument(..., help="Suite file (TOML; see benchmarks/ and `mr2probe.bench`)."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Folder holding one folder per dataset "
+                                             "(DATA_ROOT/<dataset>); the suite's roots table wins."),
+    features_dir: Path = typer.Option(Path("features"), "--features-dir", help="Feature cache: "
+                                      "<dataset>-<encoder>[-pc<N>].h5, kept when finished."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folders and summary.md. Default: "
+                                       "runs/<suite name>."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Run a benchmark suite: extract, train and report every dataset × encoder × head, then summary.md;
+    a cell whose data or weights are missing is skipped with one line."""
+    from .bench import load_suite, run_suite
+
+    run_suite(load_suite(suite), data_root, features_dir, out, progress=not quiet,
+              log=lambda m: typer.echo(m, err=True))
 
 
 def main() -> None:

@@ -1,0 +1,384 @@
+"""Benchmark suites: one TOML file → extract → train → report for every dataset × encoder × head, + a summary.
+
+``mr2probe bench SUITE.toml [--data-root DIR] [--features-dir DIR] [--out DIR]``. For every *cell*
+(dataset × encoder) the features are extracted into ``FEATURES_DIR/<dataset>-<encoder>[-pc<N>].h5`` (a
+finished file there is kept, not recomputed; an interrupted one is resumed), then for every head the methods ×
+seeds are trained and reported into ``OUT/<dataset>-<encoder>-<head>/`` (results.json, table.md, ...; finished
+seeds are kept, as with ``mr2probe train``), and ``OUT/summary.md`` gathers all cells. A cell whose data,
+weights or encoder package are missing is skipped with one line saying what is missing; the rest still runs.
+
+Suite schema (unknown keys anywhere are refused; relative paths are relative to the current directory)::
+
+    description = "free text"                        # optional, ignored
+    datasets = ["cifar100", "fashion-mnist"]         # required: registered names (`mr2probe datasets`)
+    encoders = ["extract/clip-vit-b16.toml",         # required: recipe files (*.toml; the label is the file
+                "efficientnet-lite0"]                #   stem) or registered encoder names (`mr2probe encoders`)
+    methods = "all"                                  # "all" (as `train --methods all`) or a list [ce, mr2]
+    heads = ["linear", "cosine"]                     # [linear]
+    seeds = 3                                        # N (seeds 0..N-1) or a list of seeds [3]
+    adapter = "none"                                 # none | linear | mlp [none]
+
+    [roots]                                          # optional: dataset → its folder (wins over --data-root)
+    cifar100 = "/data/cifar100"
+
+    [extract]                                        # optional, overrides every recipe: per_class, batch_size,
+    per_class = 5                                    #   workers, dtype, amp, runtime, device
+
+    [train]                                          # optional, as the `mr2probe train` flags: epochs,
+    epochs = 30                                      #   batch_size, lr, wd (a number or a list: the grid),
+    lr = [1e-3, 1e-2]                                #   method_grid (bool), set ({method = {param = value}}),
+    set = { mr2 = { p = 2 } }                        #   select, val_fraction, reference, width, scale,
+                                                     #   learn_scale, max_memory, device
+
+Dataset folders: ``[roots]``, else ``DATA_ROOT/<dataset>`` when that folder exists, else the dataset's own
+default places (e.g. ``/usr/share/datasets/fashion-mnist``).
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import UserError
+
+if TYPE_CHECKING:
+    from .experiment import ExperimentConfig
+    from .report import Summary
+
+TOP_KEYS = {"description", "datasets", "encoders", "methods", "heads", "seeds", "adapter", "roots", "extract",
+            "train"}
+EXTRACT_KEYS = {"per_class": int, "batch_size": int, "workers": int, "dtype": str, "amp": str, "runtime": str,
+                "device": str}
+TRAIN_KEYS: dict[str, Any] = {"epochs": int, "batch_size": int, "lr": "floats", "wd": "floats", "method_grid": bool,
+                              "set": dict, "select": str, "val_fraction": float, "reference": str, "width": int,
+                              "scale": float, "learn_scale": bool, "max_memory": (str, int), "device": str}
+SUMMARY_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard"]
+
+
+@dataclass
+class EncoderEntry:
+    """One encoder of a suite: its label (file stem / sanitized name) and extraction settings."""
+
+    label: str
+    settings: dict[str, Any]  # ExtractConfig fields: encoder, batch_size, ...
+
+
+@dataclass
+class Suite:
+    """A checked suite file."""
+
+    path: Path
+    datasets: list[str]
+    encoders: list[EncoderEntry]
+    methods: list[str]
+    heads: list[str]
+    seeds: list[int]
+    adapter: str = "none"
+    roots: dict[str, Path] = field(default_factory=dict)
+    extract: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    skipped_methods: list[str] = field(default_factory=list)  # left out of "all": need an adapter
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+@dataclass
+class CellResult:
+    """What happened to one dataset × encoder × head (``head`` is None for a cell skipped before training)."""
+
+    dataset: str
+    encoder: str
+    head: str | None
+    status: str  # "done" | "skipped" | "failed"
+    message: str = ""
+    run_dir: Path | None = None
+    summary: Summary | None = None  # the table of a done run
+
+
+def _type_ok(value: Any, typ: Any) -> bool:
+    if typ == "floats":
+        vals = value if isinstance(value, list) else [value]
+        return bool(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+    if typ is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if typ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, typ)
+
+
+def _table(where: str, data: Any, schema: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise UserError(f"{where} must be a table")
+    unknown = sorted(set(data) - set(schema))
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(schema))}")
+    for key, typ in schema.items():
+        if key in data and not _type_ok(data[key], typ):
+            raise UserError(f"{where}: {key} has the wrong type ({data[key]!r})")
+    return dict(data)
+
+
+def _names(where: str, value: Any) -> list[str]:
+    if not (isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value)):
+        raise UserError(f"{where} must be a non-empty list of names, got {value!r}")
+    return [v.strip() for v in value]
+
+
+def _encoder_entry(text: str, where: str) -> EncoderEntry:
+    from .encoders import ENCODERS
+    from .recipes import load_recipe
+
+    if text.endswith(".toml"):
+        return EncoderEntry(Path(text).stem, load_recipe(text))
+    if text not in ENCODERS:
+        raise UserError(f"{where}: {text!r} is neither a recipe file (*.toml) nor an encoder; known encoders: "
+                        f"{', '.join(ENCODERS.names())}")
+    return EncoderEntry(text.replace(":", "_").replace("/", "_"), {"encoder": text})
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Parse and check a suite file (every name, key and type; see the module docstring)."""
+    from .cli import resolve_methods
+    from .datasets import DATASETS
+    from .heads import ADAPTERS, HEADS
+    from .methods import METHODS
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"suite {path} not found (see benchmarks/ for the shipped suites)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"suite {path} is not valid TOML: {e}") from None
+    where = f"suite {path}"
+    _table(where, data, {k: object for k in TOP_KEYS})
+    for key in ("datasets", "encoders"):
+        if key not in data:
+            raise UserError(f"{where} has no {key!r} list")
+    datasets = _names(f"{where}: datasets", data["datasets"])
+    for d in datasets:
+        DATASETS.get(d)
+    encoders = [_encoder_entry(e, f"{where}: encoders") for e in _names(f"{where}: encoders", data["encoders"])]
+    labels = [e.label for e in encoders]
+    if len(set(labels)) < len(labels) or len(set(datasets)) < len(datasets):
+        raise UserError(f"{where}: a dataset or encoder is listed twice")
+    adapter = data.get("adapter", "none")
+    if not isinstance(adapter, str):
+        raise UserError(f"{where}: adapter must be a string")
+    ADAPTERS.get(adapter)
+    methods_spec = data.get("methods", ["ce", "mr2"])
+    if methods_spec != "all":
+        methods_spec = _names(f"{where}: methods", methods_spec)
+    methods, skipped = resolve_methods(methods_spec, adapter)
+    for m in methods:
+        METHODS.get(m)
+    heads = _names(f"{where}: heads", data.get("heads", ["linear"]))
+    for h in heads:
+        HEADS.get(h)
+    seeds = data.get("seeds", 3)
+    if _type_ok(seeds, int) and seeds >= 1:
+        seeds = list(range(seeds))
+    elif not (isinstance(seeds, list) and seeds and all(_type_ok(s, int) for s in seeds)):
+        raise UserError(f"{where}: seeds must be a count ≥ 1 or a list of integers, got {seeds!r}")
+    roots = _table(f"{where} [roots]", data.get("roots", {}), {d: str for d in datasets})
+    suite = Suite(path, datasets, encoders, methods, heads, list(seeds), adapter,
+                  {d: Path(r) for d, r in roots.items()}, _table(f"{where} [extract]", data.get("extract", {}),
+                                                                  EXTRACT_KEYS),
+                  _table(f"{where} [train]", data.get("train", {}), TRAIN_KEYS), skipped)
+    _check_extract(suite)
+    for head in heads:  # every setting checked now, not after hours of extraction
+        experiment_config(suite, head, Path("features.h5"), Path("out")).check()
+    return suite
+
+
+def _check_extract(suite: Suite) -> None:
+    """The [extract] values that ``extract`` would refuse only when it reaches the cell."""
+    from .extract import AMP_DTYPES
+
+    allowed = {"dtype": ("float16", "float32"), "amp": tuple(AMP_DTYPES), "runtime": ("auto", "torch", "onnx")}
+    for key, value in suite.extract.items():
+        if key in ("per_class", "batch_size") and value < 1:
+            raise UserError(f"suite {suite.path} [extract]: {key} must be ≥ 1, got {value}")
+        if key in allowed and value not in allowed[key]:
+            raise UserError(f"suite {suite.path} [extract]: {key} must be one of {', '.join(allowed[key])}, "
+                            f"got {value!r}")
+
+
+def experiment_config(suite: Suite, head: str, features: Path, out: Path, progress: bool = True
+                      ) -> ExperimentConfig:
+    """The ``ExperimentConfig`` of one head of one cell (the suite's [train] settings)."""
+    from .experiment import ExperimentConfig
+    from .heads import ProbeConfig
+    from .trainer import TrainConfig, method_hparams
+
+    t = suite.train
+    floats = lambda v: tuple(float(x) for x in (v if isinstance(v, list) else [v]))  # noqa: E731
+    set_ = t.get("set", {})
+    if not all(isinstance(v, dict) for v in set_.values()):
+        raise UserError(f"suite {suite.path} [train]: set takes {{method = {{param = value}}}}")
+    probe = ProbeConfig(head=head, adapter=suite.adapter, width=t.get("width", 256), scale=float(t.get("scale", 16.0)),
+                        learn_scale=t.get("learn_scale", False))
+    defaults = TrainConfig()
+    tcfg = TrainConfig(epochs=t.get("epochs", defaults.epochs), batch_size=t.get("batch_size", defaults.batch_size),
+                       lrs=floats(t.get("lr", list(defaults.lrs))),
+                       weight_decays=floats(t.get("wd", list(defaults.weight_decays))),
+                       method_params={m: dict(p) for m, p in set_.items()},
+                       use_method_grids=t.get("method_grid", True), probe=probe, device=t.get("device"),
+                       progress=progress)
+    for m in suite.methods:
+        method_hparams(m, tcfg)  # unknown --set parameters
+    extra = {"max_memory": t["max_memory"]} if "max_memory" in t else {}
+    return ExperimentConfig(features=features, out=out, methods=list(suite.methods), seeds=list(suite.seeds),
+                            select=t.get("select", "acc"), val_fraction=float(t.get("val_fraction", 0.1)),
+                            reference=t.get("reference", "ce"), train=tcfg, **extra)
+
+
+def dataset_root(suite: Suite, dataset: str, data_root: Path | None) -> Path | None:
+    """``[roots]``, else ``data_root/<dataset>`` if it exists, else None (the dataset's default places)."""
+    if dataset in suite.roots:
+        return suite.roots[dataset]
+    if data_root is not None and (Path(data_root) / dataset).is_dir():
+        return Path(data_root) / dataset
+    return None
+
+
+def features_path(suite: Suite, dataset: str, enc: EncoderEntry, features_dir: Path) -> Path:
+    per_class = suite.extract.get("per_class", enc.settings.get("per_class"))
+    return Path(features_dir) / f"{dataset}-{enc.label}{f'-pc{per_class}' if per_class else ''}.h5"
+
+
+def cached(path: Path) -> bool:
+    """A finished, valid feature file is there."""
+    from .featurestore import read_features
+
+    if not path.is_file():
+        return False
+    try:
+        read_features(path, load=False)
+        return True
+    except UserError:
+        return False  # damaged: extract() says so (and how to recompute it)
+
+
+def extract_cell(suite: Suite, dataset: str, enc: EncoderEntry, feats: Path, data_root: Path | None,
+                 progress: bool = True) -> str:
+    """Extract one cell's features into ``feats``; "" when done, else one line saying what is missing.
+
+    The dataset is opened first on its own (it is opened again by the extraction: a folder scan or a label
+    read, small next to encoding it) so that a missing dataset and a missing encoder are told apart."""
+    from .datasets import build_dataset
+    from .extract import ExtractConfig, extract
+
+    def first_line(e: BaseException) -> str:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+    root = dataset_root(suite, dataset, data_root)
+    try:
+        build_dataset(dataset, root)
+    except (UserError, ImportError) as e:
+        hint = ""
+        if root is None:
+            hint = (f" (no folder {Path(data_root) / dataset})" if data_root is not None else
+                    f" (set [roots] {dataset} = \"DIR\" in the suite, or --data-root DIR with DIR/{dataset})")
+        return f"missing data: {first_line(e)}{hint}"
+    try:
+        extract(ExtractConfig(dataset=dataset, out=feats, root=root, progress=progress,
+                              **{**enc.settings, **suite.extract}))
+    except (UserError, ImportError) as e:
+        return f"cannot extract (encoder, weights or feature file): {first_line(e)}"
+    return ""
+
+
+def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = Path("features"),
+              out: Path | None = None, progress: bool = True, log: Callable[[str], None] = print) -> list[CellResult]:
+    """Run every cell of ``suite``; write each run folder and ``out/summary.md``; return what happened."""
+    from .experiment import run_experiment
+    from .report import load_results, summarize, write_report
+
+    out = Path(out) if out is not None else Path("runs") / suite.name
+    if suite.skipped_methods:
+        log(f"methods all: skipping {', '.join(suite.skipped_methods)} (needs adapter = \"linear\" or \"mlp\")")
+    results: list[CellResult] = []
+    for dataset in suite.datasets:
+        for enc in suite.encoders:
+            cell = f"{dataset} × {enc.label}"
+            feats = features_path(suite, dataset, enc, features_dir)
+            if cached(feats):
+                log(f"{cell}: features cached in {feats}")
+            else:
+                why = extract_cell(suite, dataset, enc, feats, data_root, progress)
+                if why:
+                    log(f"skip {cell}: {why}")
+                    results.append(CellResult(dataset, enc.label, None, "skipped", why))
+                    continue
+            for head in suite.heads:
+                run_dir = out / f"{dataset}-{enc.label}-{head}"
+                try:
+                    run_experiment(experiment_config(suite, head, feats, run_dir, progress))
+                    write_report(run_dir)
+                    summary = summarize(load_results(run_dir))
+                except UserError as e:
+                    log(f"failed {cell} × {head}: {e}")
+                    results.append(CellResult(dataset, enc.label, head, "failed", str(e), run_dir))
+                    continue
+                log(f"{cell} × {head}: wrote {run_dir}")
+                results.append(CellResult(dataset, enc.label, head, "done", "", run_dir, summary))
+    path = write_summary(suite, results, out)
+    log(f"wrote {path}")
+    return results
+
+
+def _mean_std(s: Summary, method: str, col: str) -> str:
+    if col.startswith("Δ") and method == s.reference:
+        return "—"
+    m, sd = s.mean[method][col], s.std[method][col]
+    return f"{'+' if col.startswith('Δ') and m > 0 else ''}{m:.2f} ± {sd:.2f}"
+
+
+def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
+    """``out/summary.md``: per finished cell and method All/Hard/Worst/ΔAll/ΔHard (mean ± std over seeds, %),
+    the mean Δ per method over cells, then the skipped and failed cells."""
+    import numpy as np
+
+    done = [r for r in results if r.status == "done"]
+    lines = [f"# Benchmark suite `{suite.name}`", "",
+             f"{len(done)} run(s) done, {sum(r.status == 'skipped' for r in results)} cell(s) skipped, "
+             f"{sum(r.status == 'failed' for r in results)} run(s) failed. Methods: {', '.join(suite.methods)}; "
+             f"seeds {suite.seeds}; adapter {suite.adapter}. Columns: test accuracy in %, mean ± std over seeds; "
+             "Δ = method − reference, paired by seed.", ""]
+    if done:
+        lines += ["| dataset | encoder | head | method | " + " | ".join(SUMMARY_COLUMNS) + " |",
+                  "|---" * (4 + len(SUMMARY_COLUMNS)) + "|"]
+        for r in done:
+            link = f"[{r.head}]({r.run_dir.name}/table.md)"
+            for m in r.summary.methods:
+                lines.append(f"| {r.dataset} | {r.encoder} | {link} | {m} | "
+                             + " | ".join(_mean_std(r.summary, m, c) for c in SUMMARY_COLUMNS) + " |")
+        deltas: dict[str, list[tuple[float, float]]] = {}
+        for r in done:
+            for m in r.summary.methods:
+                if m != r.summary.reference:
+                    deltas.setdefault(m, []).append((r.summary.mean[m]["ΔAll"], r.summary.mean[m]["ΔHard"]))
+        if deltas:
+            lines += ["", "Mean over finished runs of each method's Δ to its run's reference:", "",
+                      "| method | runs | ΔAll | ΔHard |", "|---|---|---|---|"]
+            for m, v in deltas.items():
+                a = np.asarray(v)
+                lines.append(f"| {m} | {len(v)} | {np.nanmean(a[:, 0]):+.2f} | {np.nanmean(a[:, 1]):+.2f} |")
+    for status, title in (("skipped", "Skipped cells"), ("failed", "Failed runs")):
+        rows = [r for r in results if r.status == status]
+        if rows:
+            lines += ["", f"## {title}", ""]
+            lines += [f"- {r.dataset} × {r.encoder}{f' × {r.head}' if r.head else ''}: {r.message}" for r in rows]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.md"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return path
+
+
+__all__ = ["Suite", "CellResult", "load_suite", "run_suite", "write_summary"]

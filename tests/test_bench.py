@@ -1,0 +1,109 @@
+"""Benchmark suites: a tiny real suite end to end (CLI), skipped cells, cached features on rerun, schema checks."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from mr2probe.bench import load_suite, run_suite
+from mr2probe.errors import UserError
+
+MOCO = "mocov2:/nonexistent/moco_v2_800ep_pretrain.pth.tar"
+
+
+def write_suite(tmp_path: Path, extra: str = "") -> Path:
+    """fashion-mnist × EfficientNet-Lite0 runs (5 images per class); cifar100 has no data; MoCo no weights."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(f"""
+datasets = ["fashion-mnist", "cifar100"]
+encoders = ["{ROOT / 'extract' / 'efficientnet-lite0.toml'}", "{MOCO}"]
+methods = ["ce", "mr2"]
+heads = ["linear"]
+seeds = 1
+{extra}
+[roots]
+cifar100 = "{tmp_path / 'no-such-folder'}"
+
+[extract]
+per_class = 5
+workers = 0
+batch_size = 50
+
+[train]
+epochs = 2
+""")
+    return path
+
+
+def test_suite_runs_skips_missing_cells_and_reuses_features(tmp_path: Path) -> None:
+    suite, feats, out = write_suite(tmp_path), tmp_path / "features", tmp_path / "out"
+    r = run_cli("bench", str(suite), "--features-dir", str(feats), "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    skips = [line for line in r.stderr.splitlines() if line.startswith("skip ")]
+    assert len(skips) == 3, r.stderr  # one line per skipped cell
+    assert sum("cifar100 × efficientnet-lite0: missing data" in s and "no-such-folder" in s for s in skips) == 1
+    assert sum("fashion-mnist × mocov2" in s and "not found" in s for s in skips) == 1
+
+    run_dir = out / "fashion-mnist-efficientnet-lite0-linear"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert {(x["method"], x["seed"]) for x in results["runs"]} == {("ce", 0), ("mr2", 0)}
+    assert results["provenance"]["splits"]["test"] == 50 and results["config"]["train"]["epochs"] == 2
+    assert "| mr2 |" in (run_dir / "table.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["fashion-mnist-efficientnet-lite0-linear", "summary.md"]
+    summary = (out / "summary.md").read_text()
+    assert "| fashion-mnist | efficientnet-lite0 |" in summary and "## Skipped cells" in summary
+    assert summary.count("- cifar100 × ") == 2 and summary.count("- fashion-mnist × mocov2") == 1
+
+    h5 = feats / "fashion-mnist-efficientnet-lite0-pc5.h5"
+    before = h5.stat().st_mtime_ns
+    logs: list[str] = []
+    cells = run_suite(load_suite(suite), features_dir=feats, out=out, progress=False, log=logs.append)
+    assert h5.stat().st_mtime_ns == before
+    assert any("features cached" in m for m in logs)
+    assert [c.status for c in cells].count("done") == 1 and [c.status for c in cells].count("skipped") == 3
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("typo = 1", "unknown key(s) typo"),
+    ("[train.more]\nx = 1", "[train]: unknown key(s) more"),
+    ('methods_x = "all"', "unknown key(s) methods_x"),
+])
+def test_unknown_keys_are_refused(tmp_path: Path, extra: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f'datasets = ["fashion-mnist"]\nencoders = ["efficientnet-lite0"]\n{extra}\n')
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        load_suite(path)
+
+
+@pytest.mark.parametrize("body, message", [
+    ('datasets = ["nope"]\nencoders = ["efficientnet-lite0"]', "unknown dataset 'nope'"),
+    ('datasets = ["mnist"]\nencoders = ["nope"]', "neither a recipe file"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\nmethods = ["ce", "nope"]', "unknown method 'nope'"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[train]\nepochs = "2"', "epochs has the wrong type"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[train]\nset = { mr2 = { q = 1 } }',
+     "no hyperparameter q"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[roots]\ncifar100 = "/x"', "unknown key"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[extract]\nper_class = 0', "per_class must be ≥ 1"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\nseeds = 0', "seeds must be a count"),
+])
+def test_bad_suites_are_refused_before_any_work(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(body + "\n")
+    with pytest.raises(UserError, match=message):
+        load_suite(path)
+
+
+def test_shipped_suites_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # recipe paths are relative to the repository root
+    paper = load_suite("benchmarks/paper.toml")
+    assert len(paper.datasets) == 7 and [e.label for e in paper.encoders] == ["mae-vit-b16", "mocov2-r50",
+                                                                               "clip-vit-b16"]
+    assert paper.heads == ["linear", "cosine"] and paper.seeds == [0, 1, 2]
+    assert "supcon" in paper.skipped_methods and "supcon" not in paper.methods and "mr2" in paper.methods
+    offline = load_suite("benchmarks/offline.toml")
+    assert offline.datasets == ["fashion-mnist", "mnist"] and offline.methods == paper.methods
+    assert [e.label for e in offline.encoders] == ["efficientnet-lite0", "dinov2-s14"]
+    smoke = load_suite("benchmarks/smoke.toml")
+    assert smoke.extract["per_class"] == 5 and smoke.train["epochs"] == 2

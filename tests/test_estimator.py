@@ -1,0 +1,83 @@
+"""The scikit-learn estimators: sklearn's own estimator checks, Pipeline + GridSearchCV on real features."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_estimator
+
+import mr2probe
+from mr2probe.featurestore import read_features
+
+from conftest import BUNDLED
+
+# With the defaults (30 epochs, lr 1e-3, batch 512) a toy dataset of a few hundred rows gets 30 tiny AdamW
+# steps and stays near its random init; the check wants > 83% training accuracy. A larger lr passes it.
+EXPECTED_FAILED = {"check_classifiers_train": "defaults underfit toy data: 30 AdamW steps at lr 1e-3 "
+                                              "(passes with lr=0.1)"}
+
+
+@pytest.mark.parametrize("estimator, expected", [
+    (mr2probe.ProbeClassifier(), EXPECTED_FAILED),
+    (mr2probe.ProbeClassifier(lr=0.1), {}),
+    (mr2probe.MR2Classifier(lr=0.1), {}),
+    (mr2probe.MR2Classifier(head="cosine", lr=0.1), {}),
+], ids=["probe-defaults", "probe", "mr2", "mr2-cosine"])
+def test_sklearn_check_estimator(estimator, expected) -> None:
+    results = check_estimator(estimator, expected_failed_checks=expected, on_skip=None)
+    assert [r for r in results if r["status"] == "failed"] == []
+    assert {r["check_name"] for r in results if r["status"] == "xfail"} == set(expected)
+
+
+@pytest.fixture(scope="module")
+def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """600 train / 1000 test rows of the bundled Fashion-MNIST × EfficientNet-Lite0 features, string labels."""
+    fs = read_features(BUNDLED)
+    names = np.array(fs.class_names)
+    tr, te = fs.splits["train"], fs.splits["test"]
+    return (tr.features[:600].astype(np.float32), names[tr.labels[:600]],
+            te.features[:1000].astype(np.float32), names[te.labels[:1000]])
+
+
+def test_pipeline_grid_search_on_real_features(fmnist) -> None:
+    x, y, xt, yt = fmnist
+    pipe = Pipeline([("scale", StandardScaler()), ("probe", mr2probe.MR2Classifier(epochs=10, batch_size=128,
+                                                                                   lr=1e-2))])
+    gs = GridSearchCV(pipe, {"probe__c_bar": [1.0, 2.0]}, cv=3, error_score="raise").fit(x, y)
+    assert gs.best_params_["probe__c_bar"] in (1.0, 2.0)
+    assert gs.score(xt, yt) > 0.7
+    proba = gs.predict_proba(xt)
+    assert proba.shape == (len(xt), 10)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-9)
+    assert set(gs.predict(xt)) <= set(y) and list(gs.classes_) == sorted(set(y))
+    margins = gs.best_estimator_[-1].info_
+    assert margins, "MR2's per-run info (margins) is kept on the fitted estimator"
+
+
+def test_probe_classifier_ldam_and_linear_coef(fmnist) -> None:
+    x, y, xt, yt = fmnist
+    clf = mr2probe.ProbeClassifier(method="ldam", epochs=10, batch_size=128, lr=1e-2).fit(x, y)
+    assert clf.score(xt, yt) > 0.7
+    assert clf.coef_.shape == (10, x.shape[1]) and clf.intercept_.shape == (10,)
+    np.testing.assert_allclose(xt @ clf.coef_.T + clf.intercept_, clf.decision_function(xt), rtol=1e-4, atol=1e-4)
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(again.predict(xt), clf.predict(xt))
+
+
+def test_parameters_are_stored_unchanged_and_checked_at_fit() -> None:
+    params = {"mu": 1.0}
+    clf = mr2probe.ProbeClassifier(method="nope", method_params=params)
+    assert clf.get_params()["method_params"] is params and clone(clf).method == "nope"
+    x, y = np.random.default_rng(0).normal(size=(20, 3)), np.arange(20) % 2
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        clf.fit(x, y)
+    with pytest.raises(ValueError, match="no hyperparameter mu"):
+        mr2probe.ProbeClassifier(method_params=params).fit(x, y)
+    with pytest.raises(ValueError, match="not in method_params"):
+        mr2probe.MR2Classifier(method_params={"p": 2.0}).fit(x, y)
+    assert mr2probe.MR2Classifier(p=2.0, method_params={"stats": "exact"}).fit(x, y).decision_function(x).shape == (20,)
