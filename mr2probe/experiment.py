@@ -59,7 +59,7 @@ class ExperimentConfig:
                 raise UserError(f"method {m!r} needs a trainable adapter: pass --adapter linear or mlp")
             method_hparams(m, self.train)  # unknown or invalid --set values: refused before anything is written
         if not self.methods:
-            raise UserError("--methods is empty")
+            raise UserError("--methods is empty; give comma-separated names (see `mr2probe methods`) or 'all'")
         if not self.seeds:
             raise UserError("--seeds must be ≥ 1")
         if self.select not in SELECT_METRICS:
@@ -229,7 +229,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         probe_file.write_text("")
         probe_file.unlink()
     except OSError as e:
-        raise UserError(f"cannot write to output folder {out}: {e.strerror}") from None
+        raise UserError(f"cannot write to output folder {out}: {e.strerror}; pass another --out") from None
     key = _config_key(cfg, features_hash, stream)
     notes: list[str] = []
 

@@ -85,10 +85,10 @@ def _open(path: Path) -> h5py.File:
     if not path.exists():
         partial = partial_path(path)
         hint = f" (an unfinished extraction is at {partial}: rerun the extract command to resume)" \
-            if partial.exists() else ""
+            if partial.exists() else "; check the path, or write it with `mr2probe extract`"
         raise UserError(f"feature file {path} not found{hint}")
     if path.is_dir():
-        raise UserError(f"{path} is a folder, not a feature file")
+        raise UserError(f"{path} is a folder, not a feature file; pass the .h5 file itself")
     if path.stat().st_size == 0:
         raise UserError(f"feature file {path} is empty (0 bytes); extract it again")
     if not h5py.is_hdf5(str(path)):
@@ -107,12 +107,13 @@ def _check_header(f: h5py.File, path: Path) -> tuple[dict[str, Any], list[str]]:
                         "(not an mr2probe feature file; see the README for the layout)")
     version = attrs.get("format_version")
     if not isinstance(version, (int, np.integer)) or isinstance(version, bool):
-        raise UserError(f"{path}: format_version must be an integer, got {version!r}")
+        raise UserError(f"{path}: format_version must be an integer, got {version!r} (not a file mr2probe wrote, or a "
+                        "damaged one); extract it again")
     if version > FORMAT_VERSION:
         raise UserError(f"{path}: format_version {version} is newer than this mr2probe reads ({FORMAT_VERSION}); "
                         "upgrade mr2probe")
     if version < 1:
-        raise UserError(f"{path}: format_version {version} is invalid (must be ≥ 1)")
+        raise UserError(f"{path}: format_version {version} is invalid (must be ≥ 1); extract it again")
     try:
         names = json.loads(attrs.get("class_names", ""))
     except (TypeError, ValueError):
@@ -138,9 +139,11 @@ def _split_arrays(f: h5py.File, path: Path, name: str) -> tuple[h5py.Dataset, h5
         raise UserError(f"{path}: split {name!r} has {x.shape[0]} feature rows but labels {y.shape} "
                         f"and index {i.shape}")
     if y.dtype.kind not in "iu":
-        raise UserError(f"{path}: {name}/labels must be integers, got {y.dtype}")
+        raise UserError(f"{path}: {name}/labels must be integers (class indices), got {y.dtype}; extract it again "
+                        "(or rewrite them as int64)")
     if i.dtype.kind not in "iu":
-        raise UserError(f"{path}: {name}/index must be integers, got {i.dtype}")
+        raise UserError(f"{path}: {name}/index must be integers, got {i.dtype}; extract it again "
+                        "(or rewrite it as int64)")
     return x, y, i
 
 
@@ -203,7 +206,8 @@ def read_features(path: str | Path, splits: Iterable[str] | None = None, load: b
                                 f"{x.shape[0]} rows); rerun the same extract command to resume it")
         if len(set(dims.values())) > 1:
             raise UserError(f"{path}: feature dimension differs between splits: "
-                            + ", ".join(f"{s}={d}" for s, d in dims.items()))
+                            + ", ".join(f"{s}={d}" for s, d in dims.items()) + "; extract every split with the same "
+                            "encoder (--overwrite)")
         fs = FeatureSet(path=path, attrs=attrs, class_names=names, dim=next(iter(dims.values())), rows=rows)
         if not load:
             return fs
@@ -215,7 +219,8 @@ def read_features(path: str | Path, splits: Iterable[str] | None = None, load: b
             _check_finite(x, path, s, feats)
             if len(labels) and (labels.min() < 0 or labels.max() >= k):
                 raise UserError(f"{path}: split {s!r} has labels outside [0, {k}) "
-                                f"(min {labels.min()}, max {labels.max()}); class_names lists {k} classes")
+                                f"(min {labels.min()}, max {labels.max()}); class_names lists {k} classes: "
+                                "labels and class_names disagree, extract it again")
             fs.splits[s] = Split(feats, labels, index)
     return fs
 

@@ -94,6 +94,7 @@ def method_hparams(method: str, cfg: TrainConfig) -> list[dict[str, Any]]:
     points = [{**cls.defaults, **fixed, **dict(zip(keys, values))} for values in itertools.product(*grid.values())]
     for hp in points:
         try:
+            cls.check_types(hp)
             cls.check(hp)
         except TypeError:
             raise UserError(f"method {method!r}: a hyperparameter has the wrong type in {fixed}") from None

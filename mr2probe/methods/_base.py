@@ -11,11 +11,13 @@ To add a method: one file in mr2probe/methods/ with a ``Method`` subclass decora
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import torch
 
+from ..errors import UserError
 from ..registry import Registry
 
 if TYPE_CHECKING:
@@ -77,6 +79,26 @@ class Method:
     @classmethod
     def check(cls, hparams: dict[str, Any]) -> None:
         """Refuse invalid hyperparameter values with a one-line UserError (override per method)."""
+
+    @classmethod
+    def check_types(cls, hparams: dict[str, Any]) -> None:
+        """Every hyperparameter has the type of its default: true/false, an integer, a finite number or a string
+        (so that ``--set jtt.stage1_epochs=1e30`` or ``--set focal.gamma=NaN`` is refused before training)."""
+        for key, default in cls.defaults.items():
+            v = hparams.get(key, default)
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if isinstance(default, bool):
+                ok, want = isinstance(v, bool), "true or false"
+            elif isinstance(default, int):
+                ok, want = number and isinstance(v, int), "an integer"
+            elif isinstance(default, float):
+                ok, want = number and math.isfinite(v), "a finite number"
+            elif isinstance(default, str):
+                ok, want = isinstance(v, str), "a string"
+            else:
+                continue
+            if not ok:
+                raise UserError(f"{key} must be {want}, got {v!r}")
 
     def hp(self, key: str) -> torch.Tensor:
         """Hyperparameter ``key`` of each head, float tensor [h] on the training device."""
