@@ -34,7 +34,9 @@ def guarded(resume_hint: str = "") -> Callable:
             except UserError as e:
                 fail(str(e).replace("\n", " "))
             except KeyboardInterrupt:
-                fail(f"interrupted; {resume_hint or 'nothing was written'}", 130)
+                out = kwargs.get("out")
+                hint = (resume_hint or "nothing was written").replace("OUT", str(out) if out else "OUT")
+                fail(f"interrupted; {hint}", 130)
 
         return wrapper
 

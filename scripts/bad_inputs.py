@@ -197,6 +197,11 @@ CASES: list[Case] = [
                                                     "fashion-mnist", "--out", str(d / "e.h5")], "not found"),
     Case("extract: unknown encoder", lambda d: ["extract", "--encoder", "nope", "--dataset", "fashion-mnist",
                                                 "--out", str(d / "e.h5")], "unknown encoder"),
+    Case("extract: unknown dataset", lambda d: ["extract", "--encoder", "efficientnet-lite0", "--dataset", "nope",
+                                                "--out", str(d / "e.h5")], "unknown dataset"),
+    Case("extract: missing dataset root", lambda d: ["extract", "--encoder", "efficientnet-lite0", "--dataset",
+                                                     "cifar100", "--root", str(d / "no-such-dir"), "--out",
+                                                     str(d / "e.h5")], "cifar"),
     Case("info: empty file", lambda d: ["info", str(empty(d))], "empty"),
     Case("report: folder without results.json", lambda d: ["report", str(d)], "not found"),
 ]

@@ -70,7 +70,14 @@ def start_cli(args: list[str], sleep: float, flush_seconds: float | None = 0.0) 
     """The CLI as a subprocess in its own session (so a signal reaches it and its DataLoader workers, as
     Ctrl-C in a terminal does)."""
     return subprocess.Popen([PY, str(SUPPORT), *args], cwd=ROOT, env=subprocess_env(sleep, flush_seconds),
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    """A CI runner may start the tests with SIGINT ignored (nohup, background job), which a child inherits:
+    restore the default so the Ctrl-C test sees what a terminal user gets."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def rows_written(partial: Path) -> dict[str, int]:
