@@ -171,11 +171,14 @@ def plot_tradeoff(s: Summary, path: Path) -> Path | str:
     dy = np.array([s.mean[m]["ΔHard"] for m in others])
     ex = np.array([s.std[m]["ΔEasy"] for m in others])
     ey = np.array([s.std[m]["ΔHard"] for m in others])
-    fig = _figure(7.5, 6.0)
+    fig = _figure(10.0, 6.5)
     ax = fig.add_subplot()
     r = float(np.nanmax(np.abs(np.concatenate([dx - ex, dx + ex, dy - ey, dy + ey, [0.5]])))) * 1.25
     ax.set_xlim(-r, r)
     ax.set_ylim(-r, r)
+    if r > 8:  # one far outlier would squash the rest near 0: linear within ±1 point, logarithmic beyond
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_yscale("symlog", linthresh=1.0)
     ax.fill_between([0, r], 0, r, color=GROUP_COLOURS["easy"], zorder=0)
     ax.text(0.98, 0.98, "better on hard\nwithout hurting easy", transform=ax.transAxes, ha="right", va="top",
             fontsize=10, color="darkgreen", fontweight="bold")
@@ -183,19 +186,23 @@ def plot_tradeoff(s: Summary, path: Path) -> Path | str:
     ax.axvline(0, color="0.3", lw=1)
     ax.plot([0], [0], "k*", ms=12, zorder=4)
     ax.annotate(f"{s.reference} (reference)", (0, 0), xytext=(6, -12), textcoords="offset points", fontsize=8)
-    clusters: dict[tuple[int, int], list[int]] = {}  # points closer than ~4% of the axis share one label
+    # points closer than ~4% of the axis (as drawn: linear or symlog) share one label
+    warp = (lambda v: np.sign(v) * np.log1p(np.abs(v))) if r > 8 else (lambda v: v)
+    cell = 0.04 * warp(r)
+    clusters: dict[tuple[int, int], list[int]] = {}
     for i, m in enumerate(others):
         ax.errorbar(dx[i], dy[i], xerr=ex[i], yerr=ey[i], fmt=MARKERS[(i + 1) % len(MARKERS)], ms=8, capsize=3,
                     color=colours[m], label=m, zorder=3)
-        clusters.setdefault((round(dx[i] / (0.04 * r)), round(dy[i] / (0.04 * r))), []).append(i)
+        clusters.setdefault((round(warp(dx[i]) / cell), round(warp(dy[i]) / cell)), []).append(i)
     for members in clusters.values():
         i = members[0]
-        ax.annotate(", ".join(others[j] for j in members), (dx[i], dy[i]), xytext=(6, 6), textcoords="offset points",
-                    fontsize=9)
+        names = [others[j] for j in members]
+        label = ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:2])} +{len(names) - 2} more"
+        ax.annotate(label, (dx[i], dy[i]), xytext=(6, 6), textcoords="offset points", fontsize=8)
     ax.set_xlabel(f"ΔEasy: easy-group accuracy − {s.reference}'s (points of %)")
     ax.set_ylabel(f"ΔHard: hard-group accuracy − {s.reference}'s (points of %)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=9, loc="lower left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(f"Hard/easy trade-off vs {s.reference} (mean ± std over seeds)\n{s.title}", fontsize=10)
     return _save(fig, path)
 
