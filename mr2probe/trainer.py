@@ -171,6 +171,8 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     n = len(data.y)
     steps_per_epoch = -(-n // cfg.batch_size)
 
+    shared: dict[Any, Any] = {}
+
     def make_ctx(sl: slice) -> FitContext:
         def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             c = chunk_rows(data.x)
@@ -191,7 +193,8 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
 
         return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
                           probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
-                          represent_train=represent_train, predict=predict, train_aux=train_aux, log=log)
+                          represent_train=represent_train, predict=predict, train_aux=train_aux, log=log,
+                          shared=shared)
 
     methods: list[tuple[Method, slice]] = []
     for name, sl in _slices(specs):

@@ -12,7 +12,7 @@ To add a method: one file in mr2probe/methods/ with a ``Method`` subclass decora
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import torch
@@ -57,6 +57,8 @@ class FitContext:
     predict: Callable[[torch.Tensor], torch.Tensor]  # features [n, D] -> logits [h, n, K], no grad
     train_aux: Callable[[str, list[dict[str, Any]], int], torch.Tensor]  # (method, hparams, epochs) -> train logits
     log: Callable[[str], None]
+    shared: dict[Any, Any] = field(default_factory=dict)  # one per stack: results methods may share (e.g.
+    # class statistics of frozen features, the same for every MR2-family slice)
 
     @property
     def counts(self) -> torch.Tensor:

@@ -97,7 +97,13 @@ class MR2(Method):
         v = torch.empty(self.h, self.ctx.num_classes, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
         s_bar = torch.empty(self.h, dtype=v.dtype, device=v.device)
         for p in torch.unique(ps).tolist():
-            st: ClassStats = class_stats_chunked(self.ctx.represent_train, self.ctx.num_classes, p)
+            if self.ctx.probe.adapter == "none":  # frozen representation: the same for every slice of the stack
+                key = ("mr2-stats", p)
+                if key not in self.ctx.shared:
+                    self.ctx.shared[key] = class_stats_chunked(self.ctx.represent_train, self.ctx.num_classes, p)
+                st: ClassStats = self.ctx.shared[key]
+            else:
+                st = class_stats_chunked(self.ctx.represent_train, self.ctx.num_classes, p)
             rows = ps == p
             v[rows] = st.v.expand(self.h, -1)[rows]
             s_bar[rows] = st.s_bar.expand(self.h)[rows]
