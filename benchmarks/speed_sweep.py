@@ -71,7 +71,7 @@ def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, b
     print(f"[{name}] sweep/gemm={t_sweep / t_gemm:.2f}")
 
 
-def ce_vs_sklearn(features: Path, epochs: int) -> None:
+def ce_vs_sklearn(features: Path, epochs: int, lr: float) -> None:
     from sklearn.linear_model import LogisticRegression
 
     from mr2probe.featurestore import read_features
@@ -82,7 +82,7 @@ def ce_vs_sklearn(features: Path, epochs: int) -> None:
     xt, yt = te.features.astype(np.float32), te.labels
     data = TrainData(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(xt[:10]), torch.from_numpy(yt[:10]),
                      fs.num_classes)
-    cfg = TrainConfig(epochs=epochs, batch_size=512, lrs=(1e-3,), weight_decays=(1e-4,), progress=False)
+    cfg = TrainConfig(epochs=epochs, batch_size=512, lrs=(lr,), weight_decays=(1e-4,), progress=False)
     spec = expand_runs(["ce"], [0], cfg)[:1]
     trained = {}
     t_ours = timed(lambda: trained.setdefault("s", train_stack(data, spec, cfg)))
@@ -103,7 +103,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--features", type=Path, default=Path("features/fmnist-effl0.h5"))
-    ap.add_argument("--ce-epochs", type=int, default=10)
+    ap.add_argument("--ce-epochs", type=int, default=30, help="epochs of our CE probe (one head, no grid)")
+    ap.add_argument("--ce-lr", type=float, default=1e-2, help="its learning rate (the grid value CE selects here)")
     args = ap.parse_args()
     torch.manual_seed(0)
     methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
@@ -112,7 +113,7 @@ def main() -> None:
         if name:
             sweep_ratios(name, methods, list(range(args.seeds)), args.epochs, args.batch)
     if args.features.exists():
-        ce_vs_sklearn(args.features, args.ce_epochs)
+        ce_vs_sklearn(args.features, args.ce_epochs, args.ce_lr)
     else:
         print(f"[ce vs sklearn] skipped: {args.features} not found (mr2probe extract it first)")
 
