@@ -35,12 +35,12 @@ default places (e.g. ``/usr/share/datasets/fashion-mnist``).
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import UserError
+from .recipes import read_toml
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
@@ -147,12 +147,7 @@ def load_suite(path: str | Path) -> Suite:
     from .methods import METHODS
 
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"suite {path} not found (see benchmarks/ for the shipped suites)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"suite {path} is not valid TOML: {e}") from None
+    data = read_toml(path, "suite", "benchmarks/")
     where = f"suite {path}"
     _table(where, data, {k: object for k in TOP_KEYS})
     for key in ("datasets", "encoders"):

@@ -16,15 +16,22 @@ SETTINGS = {"encoder": str, "batch_size": int, "workers": int, "dtype": str, "am
 INFO_KEYS = {"description"}
 
 
+def read_toml(path: str | Path, what: str, shipped: str) -> dict[str, Any]:
+    """A TOML file as a dict, or a one-line UserError (``what`` names the file kind, ``shipped`` where the
+    project's own ones are)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what} {path} not found (see {shipped} for the shipped {what}s)")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} {path} is not valid TOML: {e}") from None
+
+
 def load_recipe(path: str | Path) -> dict[str, Any]:
     """Parse and check a recipe; returns the extraction settings it sets."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"recipe {path} not found (see extract/ for the shipped recipes)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"recipe {path} is not valid TOML: {e}") from None
+    data = read_toml(path, "recipe", "extract/")
     unknown = sorted(set(data) - set(SETTINGS) - INFO_KEYS)
     if unknown:
         raise UserError(f"recipe {path}: unknown key(s) {', '.join(unknown)}; allowed: "
