@@ -103,9 +103,13 @@ class Method:
                 raise UserError(f"{key} must be {want}, got {v!r}")
 
     def hp(self, key: str) -> torch.Tensor:
-        """Hyperparameter ``key`` of each head, float tensor [h] on the training device."""
-        return torch.tensor([float(hp[key]) for hp in self.hparams], dtype=self.ctx.x.dtype,
-                            device=self.ctx.x.device)
+        """Hyperparameter ``key`` of each head, float tensor [h] on the training device (built once: losses
+        read it every step, and a host→device copy per step would stall a GPU)."""
+        cache = self.__dict__.setdefault("_hp_cache", {})
+        if key not in cache:
+            cache[key] = torch.tensor([float(hp[key]) for hp in self.hparams], dtype=self.ctx.x.dtype,
+                                      device=self.ctx.x.device)
+        return cache[key]
 
     def prepare(self) -> None:
         """Once, before the first epoch (e.g. class statistics of frozen features, JTT's first stage)."""
