@@ -105,7 +105,7 @@ def info(file: Path = typer.Argument(..., help="Feature file (.h5)."),
     from .featurestore import describe, read_features
 
     d = describe(file)
-    read_features(file)  # full validation (NaN/Inf, label range) before saying it is fine
+    read_features(file, load="labels")  # full validation (NaN/Inf scanned chunk by chunk, label range)
     if as_json:
         typer.echo(json.dumps(d, indent=2, default=str))
         return
