@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .atomic import atomic_text
 from .errors import UserError
 from .recipes import read_toml
 
@@ -370,9 +371,7 @@ def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
             lines += [f"- {r.dataset} × {r.encoder}{f' × {r.head}' if r.head else ''}: {r.message}" for r in rows]
     out.mkdir(parents=True, exist_ok=True)
     path = out / "summary.md"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    atomic_text(path, "\n".join(lines) + "\n")
     return path
 
 

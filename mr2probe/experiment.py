@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .atomic import atomic_text, atomic_write
 from .errors import UserError
 from .featurestore import FeatureSet, check_classes_covered, file_sha256, read_features
 from .metrics import per_class_accuracy
@@ -129,14 +130,8 @@ def _score(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.nda
     return ((correct @ onehot) / onehot.sum(0)).mean(1).cpu().numpy()
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def atomic_json(path: Path, obj: Any) -> None:
-    _atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=1, default=str) + "\n"))
+    atomic_text(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
 def atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -145,7 +140,7 @@ def atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
         with open(p, "wb") as f:
             np.savez_compressed(f, **{k.replace("/", "__"): v for k, v in arrays.items()})
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .atomic import atomic_text
 from .errors import UserError
 from .metrics import COLUMNS, DELTA_COLUMNS, Groups, bootstrap_all_hard, class_groups, disparity_row
 
@@ -261,15 +262,6 @@ class RunReport:
     hard_classes: list[str]
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
-
 
 def report_run(run_dir: str | Path, group_on: str = "test", plots: bool = False, html_file: bool = False
                ) -> RunReport:
@@ -281,10 +273,10 @@ def report_run(run_dir: str | Path, group_on: str = "test", plots: bool = False,
     s = summarize(results, load_predictions(run_dir), group_on)
     hard = [s.class_names[i] for i in s.groups.hard]
     md = to_markdown(s) + f"\nHard classes ({s.reference}): {', '.join(hard)}\n"
-    _write_text(run_dir / "table.md", md)
-    _write_text(run_dir / "table.csv", to_csv(s))
-    _write_text(run_dir / "table.tex", to_latex(s))
-    _write_text(run_dir / "summary.json", json.dumps(s.as_dict(), indent=1, default=str) + "\n")
+    atomic_text(run_dir / "table.md", md)
+    atomic_text(run_dir / "table.csv", to_csv(s))
+    atomic_text(run_dir / "table.tex", to_latex(s))
+    atomic_text(run_dir / "summary.json", json.dumps(s.as_dict(), indent=1, default=str) + "\n")
     written, notes = [], []
     if plots:
         from .plots import write_plots
@@ -292,7 +284,7 @@ def report_run(run_dir: str | Path, group_on: str = "test", plots: bool = False,
         written, notes = write_plots(s, results, run_dir)
     rep = RunReport(run_dir, s, md, written, notes, hard)
     if html_file:
-        _write_text(run_dir / "report.html", to_html([rep]))
+        atomic_text(run_dir / "report.html", to_html([rep]))
     return rep
 
 
@@ -430,11 +422,11 @@ def run_report(run_dirs: Sequence[str | Path], group_on: str = "test", summary: 
         rows = combine([(lab, rep.summary) for lab, rep in zip(labels, reports)])
         md = combined_markdown(rows, {lab: rep.summary.title for lab, rep in zip(labels, reports)})
         md_path, csv_path = summary_paths(dirs, Path(summary) if summary is not None else None)
-        _write_text(md_path, md)
-        _write_text(csv_path, combined_csv(rows))
+        atomic_text(md_path, md)
+        atomic_text(csv_path, combined_csv(rows))
         out += [md, f"wrote {md_path} and {csv_path}"]
         if html_file:
             html_path = md_path.parent / "report.html"
-            _write_text(html_path, to_html(reports, rows))
+            atomic_text(html_path, to_html(reports, rows))
             out.append(f"wrote {html_path}")
     return "\n".join(out)
