@@ -149,9 +149,11 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int] | None = None) -> str:
-    """Identifies a seed's part file; ``stream`` (block and piece rows, which fix the streamed data order) only
-    when the features are streamed, so in-memory keys are unchanged."""
-    key = {"features": features_hash, "methods": cfg.methods, "train": asdict(cfg.train), "select": cfg.select,
+    """Identifies a seed's part file: everything that changes the numbers, not how the run is shown (progress
+    bars), so `train -q` and `bench` share parts; ``stream`` (block and piece rows, which fix the streamed data
+    order) only when the features are streamed, so in-memory keys are unchanged."""
+    train = {k: v for k, v in asdict(cfg.train).items() if k != "progress"}
+    key = {"features": features_hash, "methods": cfg.methods, "train": train, "select": cfg.select,
            "val": [cfg.val_fraction, cfg.val_seed]}
     if stream:
         key["stream"] = stream

@@ -107,3 +107,19 @@ def test_shipped_suites_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [e.label for e in offline.encoders] == ["efficientnet-lite0", "dinov2-s14"]
     smoke = load_suite("benchmarks/smoke.toml")
     assert smoke.extract["per_class"] == 5 and smoke.train["epochs"] == 2
+
+
+def test_train_q_and_bench_share_seed_parts() -> None:
+    """A seed's part key ignores how the run is shown (progress bars), not what it computes."""
+    from dataclasses import replace
+
+    from mr2probe.experiment import ExperimentConfig, _config_key
+    from mr2probe.trainer import TrainConfig
+
+    cfg = ExperimentConfig(features=Path("f.h5"), out=Path("o"), methods=["ce", "mr2"], seeds=[0],
+                           train=TrainConfig(progress=True))
+    quiet = replace(cfg, train=replace(cfg.train, progress=False))
+    other = replace(cfg, train=replace(cfg.train, epochs=cfg.train.epochs + 1))
+    assert _config_key(cfg, "abc") == _config_key(quiet, "abc")
+    assert _config_key(cfg, "abc") != _config_key(other, "abc")
+    assert _config_key(cfg, "abc") != _config_key(cfg, "abd")
