@@ -61,6 +61,9 @@ class ExperimentConfig:
             method_hparams(m, self.train)  # unknown or invalid --set values: refused before anything is written
         if not self.methods:
             raise UserError("--methods is empty; give comma-separated names (see `mr2probe methods`) or 'all'")
+        stray = sorted(set(self.train.method_params) - set(self.methods))
+        if stray:  # a typo'd or forgotten method would otherwise make the --set silently do nothing
+            raise UserError(f"--set names {', '.join(stray)}, which is not in --methods ({', '.join(self.methods)})")
         if not self.seeds:
             raise UserError("--seeds must be ≥ 1")
         if self.select not in SELECT_METRICS:

@@ -182,6 +182,8 @@ CASES: list[Case] = [
     Case("--max-memory not a size", train_ok("--max-memory", "lots"), "--max-memory"),
     Case("--set without METHOD.PARAM=", train_ok("--set", "c_bar=1"), "--set"),
     Case("--set unknown key", train_ok("--set", "mr2.nope=1"), "no hyperparameter"),
+    Case("--set for a method not in --methods", train_ok("--methods", "ce,mr2", "--set", "focal.gamma=1"),
+         "not in --methods"),
     Case("--set with the wrong type (jtt.stage1_epochs=1e30)",
          train_ok("--methods", "ce,jtt", "--set", "jtt.stage1_epochs=1e30"), "must be an integer"),
     Case("--set a non-finite number (focal.gamma=NaN)", train_ok("--methods", "focal", "--set", "focal.gamma=NaN"),
