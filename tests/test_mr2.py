@@ -65,13 +65,14 @@ def test_logits_divided_by_true_class_margin() -> None:
     np.testing.assert_allclose(out.numpy(), [[math.log(1 + math.exp(-2))] * 2], rtol=1e-6)
 
 
-def test_rep_loss_equals_pair_loop() -> None:
+@pytest.mark.parametrize("layout", ["blocks", "pairs", "auto"])
+def test_rep_loss_equals_pair_loop(layout: str) -> None:
     torch.manual_seed(1)
     z = torch.randn(2, 7, 3, dtype=torch.float64)
     y = torch.tensor([0, 1, 0, 2, 1, 0, 3])  # class 2 and 3 have a single sample: not anchors
     s_bar = torch.tensor([0.7, 1.3], dtype=torch.float64)
     tau = torch.tensor([1.0, 30.0], dtype=torch.float64)
-    got = rep_margin_loss(z, y, s_bar, tau)
+    got = rep_margin_loss(z, y, s_bar, tau, layout=layout)
     for h in range(2):
         per_anchor = []
         for i in range(7):
@@ -80,6 +81,26 @@ def test_rep_loss_equals_pair_loop() -> None:
             if terms:
                 per_anchor.append(float(tau[h]) * math.log(1 + sum(terms)))
         assert float(got[h]) == pytest.approx(sum(per_anchor) / len(per_anchor), rel=1e-10)
+
+
+@pytest.mark.parametrize("k", [3, 40, 400])  # few classes (blocks win), many classes (pairs win)
+def test_rep_loss_layouts_agree_with_gradients(k: int) -> None:
+    torch.manual_seed(k)
+    y = torch.randint(0, k, (128,))
+    s_bar, tau = torch.tensor([5.0, 9.0], dtype=torch.float64), torch.tensor([4.0, 80.0], dtype=torch.float64)
+    out = {}
+    for layout in ("blocks", "pairs"):
+        z = torch.randn(2, 128, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        loss = rep_margin_loss(z, y, s_bar, tau, layout=layout)
+        out[layout] = (loss.detach(), torch.autograd.grad(loss.sum(), z)[0])
+    torch.testing.assert_close(out["blocks"][0], out["pairs"][0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(out["blocks"][1], out["pairs"][1], rtol=1e-10, atol=1e-14)
+
+
+def test_rep_loss_without_any_pair_is_zero() -> None:
+    z = torch.randn(2, 4, 3, requires_grad=True)
+    out = rep_margin_loss(z, torch.arange(4), torch.ones(2), torch.ones(2))
+    assert out.tolist() == [0.0, 0.0]
 
 
 def test_rep_loss_small_tau_is_hinge() -> None:

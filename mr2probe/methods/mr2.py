@@ -25,33 +25,63 @@ def logit_margin_ce(logits: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor) 
     return per_head_ce(logits / gamma[:, y].unsqueeze(-1), y)
 
 
-def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: torch.Tensor,
+                    layout: str = "auto") -> torch.Tensor:
     """Mean over anchors with ≥ 1 same-class partner of τ·log(1 + Σ₊ exp((‖z − z⁺‖² − 2s̄)/τ)).
 
-    z [h, B, d]; s̄, τ [h]. Only same-class pairs matter, so the batch is sorted by class into padded blocks
-    [h, C, m, d] (C classes present, m = largest class count) and one batched product gives every block's
-    m×m Gram matrix: C·m²·d work instead of B²·d (K = 100, B = 512: about 40× less). Padding and the
-    diagonal are masked; log(1 + Σ exp a) = softplus(logsumexp a)."""
-    h, b, d = z.shape
+    z [h, B, d]; s̄, τ [h]. Only same-class pairs matter, in one of two layouts (same value; ``layout``
+    forces one): ``blocks`` sorts the batch by class into padded blocks [h, C, m, d] (C classes present,
+    m = largest class count) whose m×m Gram matrices come from one batched product (C·m²·d work instead of
+    B²·d); ``pairs`` lists the P same-class pairs and gathers them (P·d work). ``auto`` takes pairs when
+    P < C·m, i.e. when most block rows would be padding (many classes, few samples each: K = 1000, B = 512).
+    log(1 + Σ exp a) = softplus(logsumexp a)."""
     order = torch.argsort(y, stable=True)
     _, counts = torch.unique_consecutive(y[order], return_counts=True)
+    n_pairs = int((counts * (counts - 1)).sum())
+    if n_pairs == 0:
+        return z.new_zeros(z.shape[0])
+    if layout == "auto":
+        layout = "pairs" if n_pairs < len(counts) * int(counts.max()) else "blocks"
+    shift = (2 * s_bar / tau)[:, None]
+    if layout == "pairs":
+        lse = _pair_logsumexp(z, y, tau)
+    else:
+        lse = _block_logsumexp(z, order, counts, tau)
+    return (tau[:, None] * torch.nn.functional.softplus(lse - shift)).mean(1)
+
+
+def _pair_logsumexp(z: torch.Tensor, y: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """logsumexp over partners of ‖z_i − z_j‖²/τ for every anchor i, from the list of same-class pairs."""
+    h, b, _ = z.shape
+    same = (y[:, None] == y[None, :]) & ~torch.eye(b, dtype=torch.bool, device=y.device)
+    i, j = same.nonzero(as_tuple=True)
+    sq = z.pow(2).sum(-1)
+    dist = (sq[:, i] + sq[:, j] - 2 * (z[:, i] * z[:, j]).sum(-1)).clamp_min(0) / tau[:, None]  # [h, P]
+    top = torch.full((h, b), float("-inf"), dtype=z.dtype, device=z.device)
+    top = top.scatter_reduce(1, i.expand(h, -1), dist.detach(), "amax")  # per-anchor max, for stability
+    total = z.new_zeros(h, b).index_add(1, i, torch.exp(dist - top[:, i]))
+    anchors = torch.unique(i)
+    return top[:, anchors] + torch.log(total[:, anchors])
+
+
+def _block_logsumexp(z: torch.Tensor, order: torch.Tensor, counts: torch.Tensor, tau: torch.Tensor
+                     ) -> torch.Tensor:
+    """The same, from class blocks: padding and the diagonal are masked out of each block's m×m distances."""
+    h, b, d = z.shape
     c, m = len(counts), int(counts.max())
-    block = torch.repeat_interleave(torch.arange(c, device=y.device), counts)  # class block of each sorted row
-    rank = torch.arange(b, device=y.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    block = torch.repeat_interleave(torch.arange(c, device=z.device), counts)  # class block of each sorted row
+    rank = torch.arange(b, device=z.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
     blocks = z.new_zeros(h, c, m, d)
     blocks[:, block, rank] = z[:, order]
-    valid = torch.zeros(c, m, dtype=torch.bool, device=y.device)
+    sq = z.new_zeros(h, c, m)
+    sq[:, block, rank] = z[:, order].pow(2).sum(-1)
+    valid = torch.zeros(c, m, dtype=torch.bool, device=z.device)
     valid[block, rank] = True
-    pair = valid[:, :, None] & valid[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=y.device)
-    sq = blocks.pow(2).sum(-1)  # [h, C, m]
+    pair = valid[:, :, None] & valid[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=z.device)
     gram = torch.matmul(blocks, blocks.transpose(-1, -2))  # [h, C, m, m]
-    dist = (sq[..., :, None] + sq[..., None, :] - 2 * gram).clamp_min(0)
-    a = (dist - 2 * s_bar[:, None, None, None]) / tau[:, None, None, None]
-    lse = torch.logsumexp(a.masked_fill(~pair, float("-inf")), dim=-1)  # [h, C, m]
-    anchors = pair.any(-1)  # [C, m]
-    if not bool(anchors.any()):
-        return z.new_zeros(h)
-    return (tau[:, None] * torch.nn.functional.softplus(lse[:, anchors])).mean(1)
+    dist = (sq[..., :, None] + sq[..., None, :] - 2 * gram).clamp_min(0) / tau[:, None, None, None]
+    lse = torch.logsumexp(dist.masked_fill(~pair, float("-inf")), dim=-1)  # [h, C, m]
+    return lse[:, pair.any(-1)]
 
 
 @METHODS.register("mr2", help="MR2: logit margins from class variability + representation margin (ICLR 2026)")
