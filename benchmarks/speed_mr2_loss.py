@@ -4,6 +4,8 @@ A step = forward (linear adapter D→D + linear head), loss, backward, StackedAd
 the logit-margin CE and the representation margin loss (one B×B distance matrix); its statistics are
 recomputed once per epoch, not per step, and are excluded here. Prints one line per K:
     K=1000 mr2/ce=1.23
+and the representation term alone (forward + backward) in both same-class layouts of ``rep_margin_loss``
+(padded class blocks, pair list) and the one ``auto`` picks.
 Usage: python benchmarks/speed_mr2_loss.py [--ks 100,1000] [--batch 512] [--dim 768] [--steps 20]
 """
 from __future__ import annotations
@@ -60,6 +62,21 @@ def time_steps(name: str, x: torch.Tensor, y: torch.Tensor, k: int, steps: int) 
     return (time.perf_counter() - t0) / steps
 
 
+def time_rep_layouts(z: torch.Tensor, y: torch.Tensor, steps: int) -> dict[str, float]:
+    """Milliseconds per forward + backward of the representation term in each layout."""
+    from mr2probe.methods.mr2 import rep_margin_loss
+
+    zz = z[None].clone().requires_grad_(True)
+    s_bar, tau = torch.tensor([float(z.shape[1])]), torch.tensor([10.0 * z.shape[1]])
+    out = {}
+    for layout in ("blocks", "pairs", "auto"):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            rep_margin_loss(zz, y, s_bar, tau, layout=layout).sum().backward()
+        out[layout] = (time.perf_counter() - t0) / steps * 1e3
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ks", default="100,1000")
@@ -80,6 +97,8 @@ def main() -> None:
         ce_t, mr2_t = sorted(ce)[len(ce) // 2], sorted(mr2)[len(mr2) // 2]
         print(f"K={k}: ce step {ce_t * 1e3:.2f} ms, mr2 step {mr2_t * 1e3:.2f} ms")
         print(f"K={k} mr2/ce={mr2_t / ce_t:.2f}")
+        rep = time_rep_layouts(x, y, args.steps)
+        print(f"K={k}: representation term fwd+bwd: " + ", ".join(f"{n} {t:.2f} ms" for n, t in rep.items()))
 
 
 if __name__ == "__main__":
