@@ -10,5 +10,7 @@ for pair in fashion-mnist-efficientnet-lite0:fmnist-effl0 mnist-efficientnet-lit
   [ -e features/${pair%%:*}.h5 ] || [ ! -f features/${pair##*:}.h5 ] || ln -s ${pair##*:}.h5 features/${pair%%:*}.h5
 done
 # Resumable: finished seeds are kept in each run folder's parts/ (shared with `mr2probe train` runs of the same
-# settings on the same file), a stopped extraction continues from its last chunk.
+# settings on the same file), a stopped extraction continues from its last chunk. The Fashion-MNIST ×
+# EfficientNet-Lite0 cells reused the seeds of results/fmnist-effl0/{linear,cosine} (same feature file, same
+# settings): their parts/ were copied into results/offline/fashion-mnist-efficientnet-lite0-{linear,cosine}/.
 mr2probe bench benchmarks/offline.toml --out results/offline -q
