@@ -1,7 +1,7 @@
 """Speed of one MR2 training step against one CE step, same shapes, same process.
 
 A step = forward (linear adapter D→D + linear head), loss, backward, StackedAdamW update. MR2's step adds
-the logit-margin CE and the representation margin loss (one B×B distance matrix); its statistics are
+the logit-margin CE and the representation margin loss (same-class distances); its statistics are
 recomputed once per epoch, not per step, and are excluded here. Prints one line per K:
     K=1000 mr2/ce=1.23
 and the representation term alone (forward + backward) in both same-class layouts of ``rep_margin_loss``

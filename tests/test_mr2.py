@@ -97,6 +97,11 @@ def test_rep_loss_layouts_agree_with_gradients(k: int) -> None:
     torch.testing.assert_close(out["blocks"][1], out["pairs"][1], rtol=1e-10, atol=1e-14)
 
 
+def test_rep_loss_unknown_layout_is_refused() -> None:
+    with pytest.raises(ValueError, match="layout"):
+        rep_margin_loss(torch.zeros(1, 2, 3), torch.tensor([0, 0]), torch.ones(1), torch.ones(1), layout="dense")
+
+
 def test_rep_loss_without_any_pair_is_zero() -> None:
     z = torch.randn(2, 4, 3, requires_grad=True)
     out = rep_margin_loss(z, torch.arange(4), torch.ones(2), torch.ones(2))

@@ -42,6 +42,8 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
         return z.new_zeros(z.shape[0])
     if layout == "auto":
         layout = "pairs" if n_pairs < len(counts) * int(counts.max()) else "blocks"
+    elif layout not in ("pairs", "blocks"):
+        raise ValueError(f"layout must be auto, pairs or blocks, got {layout!r}")
     shift = (2 * s_bar / tau)[:, None]
     if layout == "pairs":
         lse = _pair_logsumexp(z, y, tau)
