@@ -314,7 +314,7 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
                 run_dir = out / f"{dataset}-{enc.label}-{head}"
                 try:
                     run_experiment(experiment_config(suite, head, feats, run_dir, progress))
-                    write_report(run_dir)
+                    write_report(run_dir, plots=True)  # tables and the four PNGs, as `mr2probe report`
                     summary = summarize(load_results(run_dir))
                 except UserError as e:
                     log(f"failed {cell} × {head}: {e}")

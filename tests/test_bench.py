@@ -51,6 +51,8 @@ def test_suite_runs_skips_missing_cells_and_reuses_features(tmp_path: Path) -> N
     assert {(x["method"], x["seed"]) for x in results["runs"]} == {("ce", 0), ("mr2", 0)}
     assert results["provenance"]["splits"]["test"] == 50 and results["config"]["train"]["epochs"] == 2
     assert "| mr2 |" in (run_dir / "table.md").read_text()
+    for png in ("per_class.png", "groups.png", "variability.png", "tradeoff.png"):  # the report's plots too
+        assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     assert sorted(p.name for p in out.iterdir()) == ["fashion-mnist-efficientnet-lite0-linear", "summary.md"]
     summary = (out / "summary.md").read_text()
     assert "| fashion-mnist | efficientnet-lite0 |" in summary and "## Skipped cells" in summary
