@@ -197,6 +197,27 @@ class _Interrupts:
             raise KeyboardInterrupt
 
 
+def _interrupt_on_sigterm(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: SIGTERM ends a worker the way Ctrl-C does (torch's worker loop exits
+    quietly on ``KeyboardInterrupt``), so a SIGTERM to the whole process group (``kill -- -PGID``, ``pkill``)
+    stops an extraction with the one-line resume message, not a "worker killed" traceback."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _next_batch(batches: Iterator) -> Any:
+    """``next(batches)``, with a data-loading worker that was stopped from outside seen as an interruption."""
+    try:
+        return next(batches)
+    except RuntimeError as e:
+        if "DataLoader worker" in str(e):
+            raise KeyboardInterrupt from None
+        raise
+
+
 def _on_rank0(fn: Callable[[], Any]) -> Any:
     """Run ``fn`` on rank 0 only; its ``UserError`` is raised on every rank (so no rank waits forever in a
     collective for a rank 0 that has given up). Returns ``fn()`` on rank 0, None elsewhere."""
@@ -306,7 +327,7 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
     mine = np.concatenate([positions[lo:hi] for lo, hi in blocks])
     loader = DataLoader(_Images(split, mine, encoder), batch_size=cfg.batch_size, shuffle=False,
                         num_workers=_workers(cfg.workers) if len(mine) else 0,
-                        pin_memory=encoder.device.type == "cuda")
+                        pin_memory=encoder.device.type == "cuda", worker_init_fn=_interrupt_on_sigterm)
     buffer = None
     if rank == 0:
         buffer = _RowBuffer(writer, name, float(os.environ.get("MR2PROBE_FLUSH_SECONDS", "5") or 0), critical,
@@ -316,7 +337,7 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
         with progress_bar(f"extract {name}", total=n, completed=start, enabled=cfg.progress and rank == 0) as bar:
             for lo, hi in blocks:
                 if hi > lo:
-                    images, labels, pos = next(batches)
+                    images, labels, pos = _next_batch(batches)
                     feats = encoder.encode(images.to(encoder.device, non_blocking=True)).cpu().numpy()
                     block = (feats, labels.numpy().astype(np.int64), pos.numpy().astype(np.int64))
                 else:
@@ -333,6 +354,12 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
         if buffer is not None:
             buffer.flush()  # keep every row already encoded
         raise
+    except RuntimeError as e:
+        # torch's SIGCHLD handler raises this anywhere, even inside a write: drop the buffered rows (the
+        # .partial holds whole, checked writes only) and stop as interrupted
+        if "DataLoader worker" not in str(e):
+            raise
+        raise KeyboardInterrupt from None
 
 
 def _keep_existing(out: Path, cfg: ExtractConfig) -> bool:

@@ -462,7 +462,10 @@ def test_five_sigkills_in_a_row_then_finish_equals_uninterrupted(tmp_path, refer
     assert not engine.partial_path(out).exists()
 
 
-def test_sigint_stops_quickly_with_a_resume_hint(tmp_path, reference):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_the_group_stops_quickly_with_a_resume_hint(tmp_path, reference, sig):
+    """SIGINT to the process group is Ctrl-C in a terminal; SIGTERM to it is ``kill -- -PGID`` or ``pkill``
+    (it also reaches the DataLoader worker, which must not turn into a "worker killed" traceback)."""
     out = tmp_path / "f.h5"
     # a DataLoader worker process as by default, and the default write policy (rows are buffered: Ctrl-C
     # must write them)
@@ -471,7 +474,7 @@ def test_sigint_stops_quickly_with_a_resume_hint(tmp_path, reference):
         wait_for_rows(proc, engine.partial_path(out), "train", 0)  # train begun (0 rows written so far)
         time.sleep(2.0)  # a few batches of ≥ 0.4 s are encoded and buffered (all 8 take ≥ 3.2 s)
         t0 = time.monotonic()
-        kill_group(proc, signal.SIGINT)  # what Ctrl-C in a terminal does
+        kill_group(proc, sig)
         _, err = proc.communicate(timeout=30)
         elapsed = time.monotonic() - t0
     finally:
