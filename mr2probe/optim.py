@@ -21,6 +21,9 @@ class StackedAdamW:
         self.groups = [(ps, lr, wd) for ps, lr, wd in groups if ps]
         self.total_steps, self.betas, self.eps, self.t = max(total_steps, 1), betas, eps, 0
         self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for ps, _, _ in self.groups for p in ps}
+        # two scratch tensors per parameter, reused every step: a step allocates nothing of the parameter's
+        # size (fresh multi-MB buffers cost page faults on every step of a large stack)
+        self.scratch = {id(p): (torch.empty_like(p), torch.empty_like(p)) for ps, _, _ in self.groups for p in ps}
 
     def lr_factor(self) -> float:
         return 0.5 * (1.0 + math.cos(math.pi * min(self.t, self.total_steps) / self.total_steps))
@@ -46,4 +49,8 @@ class StackedAdamW:
                 m.mul_(b1).add_(p.grad, alpha=1 - b1)
                 v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
                 p.mul_(1 - eta * wd.reshape(shape))
-                p.sub_(eta * (m / c1) / ((v / c2).sqrt() + self.eps))
+                # eta · (m / c1) / (√(v / c2) + ε), in this order of operations, in place
+                num, den = self.scratch[id(p)]
+                torch.div(m, c1, out=num).mul_(eta)
+                torch.div(v, c2, out=den).sqrt_().add_(self.eps)
+                p.sub_(num.div_(den))

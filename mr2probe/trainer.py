@@ -216,6 +216,7 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     for m, sl in methods:
         detach[sl] = type(m).detach_head_input
     detach = detach if bool(detach.any()) else None
+    sizes = [sl.stop - sl.start for _, sl in methods]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     own = progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=epochs * steps_per_epoch,
                        enabled=cfg.progress and bar is None)
@@ -227,8 +228,11 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
             for idx, xb in epoch_batches(data.x, cfg.batch_size, gen):
                 yb = data.y[idx]
                 rep, logits = probe(xb, detach)
-                loss = sum(m.loss(Batch(logits[sl], rep if rep.shape[0] == 1 else rep[sl], yb, idx)).sum()
-                           for m, sl in methods)
+                # split, not one slice per method: its backward is one concatenation of the methods' logit
+                # gradients, where slicing would zero-fill a full [H, B, K] gradient per method and add them
+                parts = logits.split(sizes)
+                reps = rep.split(sizes) if rep.shape[0] > 1 else [rep] * len(methods)
+                loss = sum(m.loss(Batch(lg, r, yb, idx)).sum() for (m, _), lg, r in zip(methods, parts, reps))
                 if not torch.isfinite(loss):
                     raise UserError(f"training diverged (loss {loss.item()}) at epoch {epoch}; lower --lr")
                 opt.zero_grad()
