@@ -28,7 +28,7 @@ import torch
 from . import __version__
 from .atomic import atomic_text, atomic_write
 from .errors import UserError
-from .featurestore import FeatureSet, check_classes_covered, file_sha256, read_features
+from .featurestore import FeatureSet, check_classes_covered, content_sha256, file_sha256, read_features
 from .metrics import per_class_accuracy
 from .methods import METHODS
 from .progress import console, progress_bar
@@ -164,6 +164,17 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _adopt_legacy_parts(parts: dict[int, tuple[Path, Path]], folder: Path, legacy_key: str, log) -> None:
+    """Seeds finished by earlier versions, whose parts were keyed by the feature file's sha256 (which changes
+    with its timestamp), are renamed to the content-based key instead of being trained again."""
+    for seed, (pj, pn) in parts.items():
+        old_j, old_n = folder / f"seed{seed}-{legacy_key}.json", folder / f"seed{seed}-{legacy_key}.npz"
+        if not (pj.exists() and pn.exists()) and old_j.exists() and old_n.exists():
+            os.replace(old_n, pn)
+            os.replace(old_j, pj)
+            log(f"seed {seed}: part keyed by the file hash (older mr2probe) renamed to {pj.name}")
+
+
 def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], cfg: ExperimentConfig,
                seed: int, log, bar: Any = None) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test."""
@@ -219,7 +230,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
 def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device, data: TrainData,
                      test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], sizes: dict[str, Any],
                      feature_bytes: int, max_memory: int, t_start: float) -> dict[str, Any]:
-    features_hash = file_sha256(cfg.features)
+    features_hash, content_hash = file_sha256(cfg.features), content_sha256(cfg.features)
     streamed = isinstance(data.x, StreamedFeatures)
     stream = {"block_rows": data.x.block_rows, "piece_rows": data.x.piece_rows} if streamed else None
     out = Path(cfg.out)
@@ -230,7 +241,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         probe_file.unlink()
     except OSError as e:
         raise UserError(f"cannot write to output folder {out}: {e.strerror}; pass another --out") from None
-    key = _config_key(cfg, features_hash, stream)
+    key = _config_key(cfg, content_hash, stream)
     notes: list[str] = []
 
     def log(msg: str) -> None:
@@ -247,6 +258,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     preds: dict[str, np.ndarray] = {}
     parts = {seed: (out / "parts" / f"seed{seed}-{key}.json", out / "parts" / f"seed{seed}-{key}.npz")
              for seed in cfg.seeds}
+    _adopt_legacy_parts(parts, out / "parts", _config_key(cfg, features_hash, stream), log)
     todo = [s for s, (pj, pn) in parts.items() if not (pj.exists() and pn.exists())]
     steps = cfg.train.epochs * -(-len(data.y) // cfg.train.batch_size)
     heads = len(expand_runs(cfg.methods, [0], cfg.train))
@@ -275,7 +287,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
                    "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train),
                    "max_memory": cfg.max_memory},
         "provenance": {
-            "features": str(cfg.features), "features_sha256": features_hash, "encoder": fs.encoder,
+            "features": str(cfg.features), "features_sha256": features_hash,
+            "features_content_sha256": content_hash, "encoder": fs.encoder,
             "dataset": fs.dataset, "feature_dim": fs.dim, "splits": sizes,
             "feature_file_attrs": {k: v for k, v in fs.attrs.items() if k != "class_names"},
             "torch": str(torch.__version__), "numpy": np.__version__, "mr2probe": __version__,

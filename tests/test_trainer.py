@@ -106,3 +106,52 @@ def test_stacked_adamw_is_torch_adamw_per_head() -> None:
             sched.step()
         assert torch.allclose(stacked[h].detach(), solo.detach(), rtol=1e-12, atol=1e-14)
         assert not torch.equal(stacked[h].detach(), w0[h])
+
+
+def test_finished_seeds_are_keyed_by_feature_content(tmp_path: Path) -> None:
+    """A re-extracted file with the same features and labels but another timestamp reuses the finished seeds;
+    changed features do not; parts keyed by the file hash (earlier versions) are adopted, not retrained."""
+    import shutil
+
+    import h5py
+
+    from mr2probe.experiment import _config_key
+    from mr2probe.featurestore import content_sha256, file_sha256
+
+    first = write_by_hand(tmp_path / "a.h5", k=3, n_train=60, n_test=30)
+    again = tmp_path / "b.h5"
+    shutil.copy(first, again)
+    with h5py.File(again, "r+") as f:
+        f.attrs["created_utc"] = "2026-06-01T00:00:00+00:00"
+    changed = tmp_path / "c.h5"
+    shutil.copy(first, changed)
+    with h5py.File(changed, "r+") as f:
+        f["train/features"][0, 0] += 1.0
+    assert file_sha256(first) != file_sha256(again)
+    assert content_sha256(first) == content_sha256(again) != content_sha256(changed)
+
+    tcfg = TrainConfig(epochs=2, batch_size=16, progress=False)
+    out = tmp_path / "run"
+
+    def run(features: Path) -> tuple[dict, dict[str, int]]:
+        cfg = ExperimentConfig(features=features, out=out, methods=["ce"], seeds=[0], train=tcfg)
+        res = run_experiment(cfg)
+        return res, {p.name: p.stat().st_mtime_ns for p in (out / "parts").iterdir()}
+
+    res_a, parts_a = run(first)
+    res_b, parts_b = run(again)
+    assert parts_b == parts_a  # the same part files, untouched: seed 0 was not trained again
+    assert any("already trained" in n for n in res_b["notes"])
+    assert res_b["runs"] == res_a["runs"]
+    assert res_b["provenance"]["features_content_sha256"] == res_a["provenance"]["features_content_sha256"]
+    _, parts_c = run(changed)
+    assert len(parts_c) == 2 * len(parts_a)  # new features: trained, beside the old part
+
+    # a part written under the legacy key (file sha256) is renamed to the content key and reused
+    cfg = ExperimentConfig(features=first, out=out, methods=["ce"], seeds=[0], train=tcfg)
+    new_key, legacy = _config_key(cfg, content_sha256(first)), _config_key(cfg, file_sha256(first))
+    for ext in ("json", "npz"):
+        (out / "parts" / f"seed0-{new_key}.{ext}").rename(out / "parts" / f"seed0-{legacy}.{ext}")
+    res_d, parts_d = run(first)
+    assert f"seed0-{new_key}.json" in parts_d and f"seed0-{legacy}.json" not in parts_d
+    assert any("older mr2probe" in n for n in res_d["notes"]) and res_d["runs"] == res_a["runs"]
