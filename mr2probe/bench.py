@@ -54,7 +54,7 @@ EXTRACT_KEYS = {"per_class": int, "batch_size": int, "workers": int, "dtype": st
 TRAIN_KEYS: dict[str, Any] = {"epochs": int, "batch_size": int, "lr": "floats", "wd": "floats", "method_grid": bool,
                               "set": dict, "select": str, "val_fraction": float, "reference": str, "width": int,
                               "scale": float, "learn_scale": bool, "max_memory": (str, int), "device": str}
-SUMMARY_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard"]
+SUMMARY_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard", "ΔEasy", "ΔHard 95% CI"]
 
 
 @dataclass
@@ -292,7 +292,7 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
               out: Path | None = None, progress: bool = True, log: Callable[[str], None] = print) -> list[CellResult]:
     """Run every cell of ``suite``; write each run folder and ``out/summary.md``; return what happened."""
     from .experiment import run_experiment
-    from .report import load_results, summarize, write_report
+    from .report import report_run
 
     out = Path(out) if out is not None else Path("runs") / suite.name
     if suite.skipped_methods:
@@ -314,8 +314,8 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
                 run_dir = out / f"{dataset}-{enc.label}-{head}"
                 try:
                     run_experiment(experiment_config(suite, head, feats, run_dir, progress))
-                    write_report(run_dir, plots=True)  # tables and the four PNGs, as `mr2probe report`
-                    summary = summarize(load_results(run_dir))
+                    # tables and the four PNGs, as `mr2probe report`; its summary has the bootstrap CIs
+                    summary = report_run(run_dir, plots=True).summary
                 except UserError as e:
                     log(f"failed {cell} × {head}: {e}")
                     results.append(CellResult(dataset, enc.label, head, "failed", str(e), run_dir))
@@ -330,13 +330,17 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
 def _mean_std(s: Summary, method: str, col: str) -> str:
     if col.startswith("Δ") and method == s.reference:
         return "—"
+    if col.endswith("95% CI"):
+        lo_hi = s.ci.get(method, {}).get(col.removesuffix(" 95% CI"))
+        return f"[{lo_hi[0]:.1f}, {lo_hi[1]:.1f}]" if lo_hi else "—"
     m, sd = s.mean[method][col], s.std[method][col]
     return f"{'+' if col.startswith('Δ') and m > 0 else ''}{m:.2f} ± {sd:.2f}"
 
 
 def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
-    """``out/summary.md``: per finished cell and method All/Hard/Worst/ΔAll/ΔHard (mean ± std over seeds, %),
-    the mean Δ per method over cells, then the skipped and failed cells."""
+    """``out/summary.md``: per finished cell and method All/Hard/Worst/ΔAll/ΔHard/ΔEasy (mean ± std over seeds,
+    %) and the paired bootstrap CI of ΔHard (averaged over seeds); per method the mean Δ over cells and in how
+    many cells the ΔHard CI lies above / below 0; then the skipped and failed cells."""
     import numpy as np
 
     done = [r for r in results if r.status == "done"]
@@ -344,7 +348,8 @@ def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
              f"{len(done)} run(s) done, {sum(r.status == 'skipped' for r in results)} cell(s) skipped, "
              f"{sum(r.status == 'failed' for r in results)} run(s) failed. Methods: {', '.join(suite.methods)}; "
              f"seeds {suite.seeds}; adapter {suite.adapter}. Columns: test accuracy in %, mean ± std over seeds; "
-             "Δ = method − reference, paired by seed.", ""]
+             "Δ = method − reference, paired by seed; ΔHard 95% CI: paired bootstrap over test images, averaged "
+             "over seeds.", ""]
     if done:
         lines += ["| dataset | encoder | head | method | " + " | ".join(SUMMARY_COLUMNS) + " |",
                   "|---" * (4 + len(SUMMARY_COLUMNS)) + "|"]
@@ -353,17 +358,22 @@ def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
             for m in r.summary.methods:
                 lines.append(f"| {r.dataset} | {r.encoder} | {link} | {m} | "
                              + " | ".join(_mean_std(r.summary, m, c) for c in SUMMARY_COLUMNS) + " |")
-        deltas: dict[str, list[tuple[float, float]]] = {}
+        deltas: dict[str, list[list[float]]] = {}
         for r in done:
             for m in r.summary.methods:
                 if m != r.summary.reference:
-                    deltas.setdefault(m, []).append((r.summary.mean[m]["ΔAll"], r.summary.mean[m]["ΔHard"]))
+                    lo, hi = r.summary.ci.get(m, {}).get("ΔHard", [np.nan, np.nan])
+                    deltas.setdefault(m, []).append([r.summary.mean[m][c] for c in ("ΔAll", "ΔHard", "ΔEasy")]
+                                                    + [lo > 0, hi < 0])
         if deltas:
-            lines += ["", "Mean over finished runs of each method's Δ to its run's reference:", "",
-                      "| method | runs | ΔAll | ΔHard |", "|---|---|---|---|"]
+            lines += ["", "Mean over finished runs of each method's Δ to its run's reference, and the number of runs "
+                      "whose ΔHard 95% CI lies above / below 0:", "",
+                      "| method | runs | ΔAll | ΔHard | ΔEasy | ΔHard CI > 0 | ΔHard CI < 0 |",
+                      "|---|---|---|---|---|---|---|"]
             for m, v in deltas.items():
-                a = np.asarray(v)
-                lines.append(f"| {m} | {len(v)} | {np.nanmean(a[:, 0]):+.2f} | {np.nanmean(a[:, 1]):+.2f} |")
+                a = np.asarray(v, dtype=float)
+                means = " | ".join(f"{x:+.2f}" for x in np.nanmean(a[:, :3], 0))
+                lines.append(f"| {m} | {len(v)} | {means} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} |")
     for status, title in (("skipped", "Skipped cells"), ("failed", "Failed runs")):
         rows = [r for r in results if r.status == status]
         if rows:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,39 @@ def test_train_q_and_bench_share_seed_parts() -> None:
     assert _config_key(cfg, "abc") == _config_key(quiet, "abc")
     assert _config_key(cfg, "abc") != _config_key(other, "abc")
     assert _config_key(cfg, "abc") != _config_key(cfg, "abd")
+
+
+def test_summary_has_easy_deltas_hard_cis_and_counts_of_clear_runs(tmp_path: Path) -> None:
+    """summary.md: ΔEasy and the ΔHard bootstrap CI per run; per method the mean Δs and how many runs have a
+    ΔHard CI above / below 0 (one run: mr2 lifts the hard classes by 40 points, mr2_uniform lowers them)."""
+    import numpy as np
+
+    from mr2probe.bench import CellResult, Suite, write_summary
+    from mr2probe.report import report_run
+
+    acc = {"ce": [0.9, 0.3, 0.8, 0.4, 1.0, 0.6], "mr2": [0.9, 0.7, 0.8, 0.8, 1.0, 0.6],
+           "mr2_uniform": [0.9, 0.1, 0.8, 0.2, 1.0, 0.6]}  # hard = classes 1 and 3 (CE's two lowest)
+    n, k = 100, len(acc["ce"])
+    y = np.repeat(np.arange(k), n)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    runs, preds = [], {"test_labels": y}
+    for method, a in acc.items():
+        right = np.concatenate([np.arange(n) < round(p * n) for p in a])
+        preds[f"{method}/0"] = np.where(right, y, (y + 1) % k)
+        runs.append({"method": method, "seed": 0, "hparams": {}, "per_class_acc": a, "val_per_class_acc": a})
+    (run_dir / "results.json").write_text(json.dumps({
+        "class_names": [f"c{i}" for i in range(k)], "test_class_counts": [n] * k, "reference": "ce",
+        "head": "linear", "adapter": "none", "provenance": {"encoder": "e", "dataset": "d"}, "runs": runs}))
+    np.savez(run_dir / "predictions.npz", **{key.replace("/", "__"): v for key, v in preds.items()})
+    summary = report_run(run_dir).summary
+    suite = Suite(path=tmp_path / "t.toml", datasets=["d"], encoders=[], methods=list(acc), heads=["linear"], seeds=[0])
+    text = write_summary(suite, [CellResult("d", "e", "linear", "done", "", run_dir, summary)], tmp_path).read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| dataset |"))
+    assert "| ΔEasy |" in header and "| ΔHard 95% CI |" in header
+    row = next(line for line in text.splitlines() if line.startswith("| d | e |") and "| mr2 |" in line)
+    lo, hi = map(float, re.search(r"\| \[(-?[\d.]+), (-?[\d.]+)\] \|$", row).groups())
+    assert "+40.00 ± 0.00" in row and 0 < lo < 40 < hi, row
+    avg = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.count("|") == 8}
+    assert avg["mr2"] == "| mr2 | 1 | +13.33 | +40.00 | +0.00 | 1 | 0 |"
+    assert avg["mr2_uniform"] == "| mr2_uniform | 1 | -6.67 | -20.00 | +0.00 | 0 | 1 |"
