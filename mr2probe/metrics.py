@@ -64,32 +64,44 @@ def disparity_row(acc: np.ndarray, groups: Groups, class_counts: np.ndarray) -> 
     return {k: 100.0 * v for k, v in row.items()}
 
 
+class Bootstrap:
+    """95% percentile bootstrap over the test samples, with the draws fixed once per test set: every method is
+    resampled on the same indices, so differences to a reference are paired, and the draws (the costly part)
+    are shared by all methods and seeds. Vectorised: all draws' per-class counts come from one bincount over
+    (draw, class) ids."""
+
+    def __init__(self, y: np.ndarray, hard: np.ndarray, num_classes: int, draws: int = 1000, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.idx = rng.integers(0, len(y), size=(draws, len(y)))
+        self.yy = y[self.idx]
+        self.offs = (np.arange(draws)[:, None] * num_classes + self.yy).ravel()
+        self.shape, self.hard = (draws, num_classes), hard
+        self.total = np.bincount(self.offs, minlength=draws * num_classes).reshape(self.shape)
+
+    def stats(self, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per draw: accuracy over all samples, and the mean accuracy of the hard classes."""
+        correct = pred[self.idx] == self.yy
+        hits = np.bincount(self.offs, weights=correct.ravel(), minlength=self.total.size).reshape(self.shape)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            acc = hits / self.total
+        return correct.mean(1), np.nanmean(acc[:, self.hard], axis=1)
+
+    def cis(self, pred: np.ndarray, ref: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, list[float]]:
+        """CIs (in %) of All and Hard; with ``ref`` (the reference's ``stats``) also of ΔAll and ΔHard."""
+        def ci(v: np.ndarray) -> list[float]:
+            return [100.0 * float(np.nanpercentile(v, 2.5)), 100.0 * float(np.nanpercentile(v, 97.5))]
+
+        a, h = self.stats(pred)
+        out = {"All": ci(a), "Hard": ci(h)}
+        if ref is not None:
+            out["ΔAll"], out["ΔHard"] = ci(a - ref[0]), ci(h - ref[1])
+        return out
+
+
 def bootstrap_all_hard(pred: np.ndarray, y: np.ndarray, hard: np.ndarray, num_classes: int,
                        draws: int = 1000, seed: int = 0, ref_pred: np.ndarray | None = None
                        ) -> dict[str, list[float]]:
     """95% percentile bootstrap CIs (in %) over test samples for All and Hard; with ``ref_pred``, also the
-    paired differences ΔAll and ΔHard to the reference on the same resampled indices. Vectorised: all draws'
-    per-class counts come from one bincount over (draw, class) ids."""
-    rng = np.random.default_rng(seed)
-    n = len(y)
-    idx = rng.integers(0, n, size=(draws, n))
-    yy = y[idx]
-    offs = (np.arange(draws)[:, None] * num_classes + yy).ravel()
-    total = np.bincount(offs, minlength=draws * num_classes).reshape(draws, num_classes)
-
-    def stats(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        correct = p[idx] == yy
-        hits = np.bincount(offs, weights=correct.ravel(), minlength=draws * num_classes).reshape(draws, num_classes)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            acc = hits / total
-        return correct.mean(1), np.nanmean(acc[:, hard], axis=1)
-
-    def ci(v: np.ndarray) -> list[float]:
-        return [100.0 * float(np.nanpercentile(v, 2.5)), 100.0 * float(np.nanpercentile(v, 97.5))]
-
-    a, h = stats(pred)
-    out = {"All": ci(a), "Hard": ci(h)}
-    if ref_pred is not None:
-        ra, rh = stats(ref_pred)
-        out["ΔAll"], out["ΔHard"] = ci(a - ra), ci(h - rh)
-    return out
+    paired differences ΔAll and ΔHard to the reference on the same resampled indices (see ``Bootstrap``)."""
+    boot = Bootstrap(y, hard, num_classes, draws, seed)
+    return boot.cis(pred, boot.stats(ref_pred) if ref_pred is not None else None)

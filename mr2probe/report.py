@@ -28,7 +28,7 @@ import numpy as np
 
 from .atomic import atomic_text
 from .errors import UserError
-from .metrics import COLUMNS, DELTA_COLUMNS, Groups, bootstrap_all_hard, class_groups, disparity_row
+from .metrics import COLUMNS, DELTA_COLUMNS, Bootstrap, Groups, class_groups, disparity_row
 
 CI_COLUMNS = ["All 95% CI", "Hard 95% CI", "ΔAll 95% CI", "ΔHard 95% CI"]
 LOWER_IS_BETTER = frozenset({"Std", "Gap"})
@@ -129,6 +129,15 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     mean, std, ci, seeds, per_seed, accs = {}, {}, {}, {}, {}, {}
     y = predictions.get("test_labels") if predictions else None
     k = len(results["class_names"])
+    boot = Bootstrap(y, groups.hard, k) if y is not None else None
+    ref_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+
+    def ref_stats(seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        if seed not in ref_cache:
+            pred = predictions.get(f"{reference}/{seed}")
+            ref_cache[seed] = boot.stats(pred) if pred is not None else None
+        return ref_cache[seed]
+
     for method, runs in by_method.items():
         runs = sorted(runs, key=lambda r: r["seed"])
         accs[method] = np.array([r["per_class_acc"] for r in runs], dtype=float)
@@ -141,10 +150,8 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         std[method] = {c: float(np.nanstd(v)) for c, v in cols.items()}
         seeds[method] = [r["seed"] for r in runs]
         per_seed[method] = cols
-        if y is not None and all(f"{method}/{r['seed']}" in predictions for r in runs):
-            per_seed_ci = [bootstrap_all_hard(predictions[f"{method}/{r['seed']}"], y, groups.hard, k,
-                                              ref_pred=predictions.get(f"{reference}/{r['seed']}"))
-                           for r in runs]
+        if boot is not None and all(f"{method}/{r['seed']}" in predictions for r in runs):
+            per_seed_ci = [boot.cis(predictions[f"{method}/{r['seed']}"], ref_stats(r["seed"])) for r in runs]
             ci[method] = {name: np.mean([p[name] for p in per_seed_ci], axis=0).tolist()
                           for name in per_seed_ci[0]}
     prov = results.get("provenance", {})
