@@ -164,6 +164,18 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def cpu_name() -> str:
+    """The CPU model (Linux: /proc/cpuinfo; ``platform.processor()`` is often empty there)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _adopt_legacy_parts(parts: dict[int, tuple[Path, Path]], folder: Path, legacy_key: str, log) -> None:
     """Seeds finished by earlier versions, whose parts were keyed by the feature file's sha256 (which changes
     with its timestamp), are renamed to the content-based key instead of being trained again."""
@@ -296,7 +308,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
             "features_in_memory": not streamed, "max_memory_bytes": max_memory,
             "stream_block_rows": stream["block_rows"] if stream else None,
             "stream_piece_rows": stream["piece_rows"] if stream else None,
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "wall_time_s": round(time.time() - t_start, 2), "command": " ".join(sys.argv),
         },
         "notes": notes,

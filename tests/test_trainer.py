@@ -75,6 +75,7 @@ def test_hand_written_file_trains_deterministically(tmp_path: Path) -> None:
     mr2 = [r for r in res["runs"] if r["method"] == "mr2"][0]
     assert len(mr2["margins"]) == 5 and abs(np.mean(mr2["margins"]) - mr2["hparams"]["c_bar"]) < 1e-4
     assert res["provenance"]["splits"]["val"] == 20 and res["provenance"]["features_sha256"]
+    assert res["provenance"]["device_name"] and res["provenance"]["cpu_count"] >= 1
     ce = [r for r in res["runs"] if r["method"] == "ce"][0]
     assert ce["test_acc"] > 0.45  # well above chance (0.2) on the toy classes
 
