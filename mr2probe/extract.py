@@ -208,12 +208,18 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _worker_stopped(e: RuntimeError) -> bool:
+    """torch's error for a DataLoader worker that died or exited (e.g. killed from outside)."""
+    return "DataLoader worker" in str(e)
+
+
 def _next_batch(batches: Iterator) -> Any:
-    """``next(batches)``, with a data-loading worker that was stopped from outside seen as an interruption."""
+    """``next(batches)``, with a data-loading worker that was stopped from outside seen as an interruption
+    (raised here, between writes, so the rows already encoded are still written)."""
     try:
         return next(batches)
     except RuntimeError as e:
-        if "DataLoader worker" in str(e):
+        if _worker_stopped(e):
             raise KeyboardInterrupt from None
         raise
 
@@ -357,7 +363,7 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
     except RuntimeError as e:
         # torch's SIGCHLD handler raises this anywhere, even inside a write: drop the buffered rows (the
         # .partial holds whole, checked writes only) and stop as interrupted
-        if "DataLoader worker" not in str(e):
+        if not _worker_stopped(e):
             raise
         raise KeyboardInterrupt from None
 
