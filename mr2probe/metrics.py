@@ -96,12 +96,3 @@ class Bootstrap:
         if ref is not None:
             out["ΔAll"], out["ΔHard"] = ci(a - ref[0]), ci(h - ref[1])
         return out
-
-
-def bootstrap_all_hard(pred: np.ndarray, y: np.ndarray, hard: np.ndarray, num_classes: int,
-                       draws: int = 1000, seed: int = 0, ref_pred: np.ndarray | None = None
-                       ) -> dict[str, list[float]]:
-    """95% percentile bootstrap CIs (in %) over test samples for All and Hard; with ``ref_pred``, also the
-    paired differences ΔAll and ΔHard to the reference on the same resampled indices (see ``Bootstrap``)."""
-    boot = Bootstrap(y, hard, num_classes, draws, seed)
-    return boot.cis(pred, boot.stats(ref_pred) if ref_pred is not None else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mr2probe.metrics import bootstrap_all_hard, class_groups, disparity_row, per_class_accuracy
+from mr2probe.metrics import Bootstrap, class_groups, disparity_row, per_class_accuracy
 
 
 def test_groups_and_columns_k7() -> None:
@@ -46,7 +46,8 @@ def test_bootstrap_contains_estimate_and_paired_zero() -> None:
     rng = np.random.default_rng(0)
     y = rng.integers(0, 5, 2000)
     pred = np.where(rng.random(2000) < 0.7, y, (y + 1) % 5)
-    out = bootstrap_all_hard(pred, y, np.array([0, 1]), 5, draws=300, ref_pred=pred)
+    boot = Bootstrap(y, np.array([0, 1]), 5, draws=300)
+    out = boot.cis(pred, boot.stats(pred))
     acc = (pred == y).mean() * 100
     assert out["All"][0] < acc < out["All"][1]
     assert out["ΔAll"] == [0.0, 0.0] and out["ΔHard"] == [0.0, 0.0]
