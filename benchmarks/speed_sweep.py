@@ -59,7 +59,7 @@ def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, b
                  sequential: bool = True) -> None:
     n, d, k = SHAPES[name]
     data = synthetic(n, d, k)
-    cfg = TrainConfig(epochs=epochs, batch_size=batch, progress=False)
+    cfg = TrainConfig(epochs=epochs, batch_size=batch, min_steps=0, progress=False)
     specs = expand_runs(methods, seeds, cfg)
     by_seed = {s: [sp for sp in specs if sp.seed == s] for s in seeds}
     t_sweep = timed(lambda: [train_stack(data, ss, cfg) for ss in by_seed.values()])
@@ -84,7 +84,8 @@ def ce_vs_sklearn(features: Path, epochs: int, lr: float) -> None:
     xt, yt = te.features.astype(np.float32), te.labels
     data = TrainData(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(xt[:10]), torch.from_numpy(yt[:10]),
                      fs.num_classes)
-    cfg = TrainConfig(epochs=epochs, batch_size=512, lrs=(lr,), weight_decays=(1e-4,), progress=False)
+    cfg = TrainConfig(epochs=epochs, batch_size=512, lrs=(lr,), weight_decays=(1e-4,), min_steps=0,
+                      progress=False)
     spec = expand_runs(["ce"], [0], cfg)[:1]
     trained = {}
     t_ours = timed(lambda: trained.setdefault("s", train_stack(data, spec, cfg)))

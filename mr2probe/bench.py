@@ -15,6 +15,8 @@ Suite schema (unknown keys anywhere are refused; relative paths are relative to 
                 "efficientnet-lite0"]                #   stem) or registered encoder names (`mr2probe encoders`)
     methods = "all"                                  # "all" (as `train --methods all`) or a list [ce, mr2]
     heads = ["linear", "cosine"]                     # [linear]
+    profiles = ["full", "longtail:100", "shots:5"]   # training-set profiles, a cell axis [full] (`train
+                                                     #   --train-profile`; [train] episodes applies to non-full)
     seeds = 3                                        # N (seeds 0..N-1) or a list of seeds [3]
     adapter = "none"                                 # none | linear | mlp [none]
 
@@ -27,8 +29,9 @@ Suite schema (unknown keys anywhere are refused; relative paths are relative to 
     [train]                                          # optional, as the `mr2probe train` flags: epochs,
     epochs = 30                                      #   batch_size, lr, wd (a number or a list: the grid),
     lr = [1e-3, 1e-2]                                #   method_grid (bool), set ({method = {param = value}}),
-    set = { mr2 = { p = 2 } }                        #   select, val_fraction, reference, width, scale,
-                                                     #   learn_scale, max_memory, device
+    set = { mr2 = { p = 2 } }                        #   select, val_fraction, reference, width, scale (grid),
+                                                     #   learn_scale, max_memory, device, min_steps, null,
+                                                     #   groups_on (val | crossfit | test)
 
 Dataset folders: ``[roots]``, else ``DATA_ROOT/<dataset>`` when that folder exists, else the dataset's own
 default places (e.g. ``/usr/share/datasets/fashion-mnist``).
@@ -45,15 +48,17 @@ from .recipes import read_toml
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
-    from .report import Summary
+    from .summary import Summary
 
 TOP_KEYS = {"description", "datasets", "encoders", "methods", "heads", "seeds", "adapter", "roots", "extract",
-            "train"}
+            "train", "profiles"}
 EXTRACT_KEYS = {"per_class": int, "batch_size": int, "workers": int, "dtype": str, "amp": str, "runtime": str,
                 "device": str}
 TRAIN_KEYS: dict[str, Any] = {"epochs": int, "batch_size": int, "lr": "floats", "wd": "floats", "method_grid": bool,
                               "set": dict, "select": str, "val_fraction": float, "reference": str, "width": int,
-                              "scale": float, "learn_scale": bool, "max_memory": (str, int), "device": str}
+                              "scale": "floats", "learn_scale": bool, "max_memory": (str, int), "device": str,
+                              "min_steps": int, "null": bool, "groups_on": str, "episodes": int,
+                              "profile_seed": int}
 SUMMARY_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard", "ΔEasy", "ΔHard 95% CI"]
 
 
@@ -80,6 +85,7 @@ class Suite:
     extract: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     skipped_methods: list[str] = field(default_factory=list)  # left out of "all": need an adapter
+    profiles: list[str] = field(default_factory=lambda: ["full"])  # training-set profiles (a cell axis)
 
     @property
     def name(self) -> str:
@@ -142,7 +148,7 @@ def _encoder_entry(text: str, where: str) -> EncoderEntry:
 
 def load_suite(path: str | Path) -> Suite:
     """Parse and check a suite file (every name, key and type; see the module docstring)."""
-    from .cli import resolve_methods
+    from .methods import resolve_methods
     from .datasets import DATASETS
     from .heads import ADAPTERS, HEADS
     from .methods import METHODS
@@ -183,10 +189,17 @@ def load_suite(path: str | Path) -> Suite:
     suite = Suite(path, datasets, encoders, methods, heads, list(seeds), adapter,
                   {d: Path(r) for d, r in roots.items()}, _table(f"{where} [extract]", data.get("extract", {}),
                                                                   EXTRACT_KEYS),
-                  _table(f"{where} [train]", data.get("train", {}), TRAIN_KEYS), skipped)
+                  _table(f"{where} [train]", data.get("train", {}), TRAIN_KEYS), skipped,
+                  _names(f"{where}: profiles", data.get("profiles", ["full"])))
     _check_extract(suite)
+    from .metrics import GROUPS_ON
+
+    if suite.train.get("groups_on", "val") not in GROUPS_ON:
+        raise UserError(f"{where} [train]: groups_on must be one of {', '.join(GROUPS_ON)}, "
+                        f"got {suite.train['groups_on']!r}")
     for head in heads:  # every setting checked now, not after hours of extraction
-        experiment_config(suite, head, Path("features.h5"), Path("out")).check()
+        for profile in suite.profiles:
+            experiment_config(suite, head, Path("features.h5"), Path("out"), profile=profile).check()
     return suite
 
 
@@ -203,11 +216,12 @@ def _check_extract(suite: Suite) -> None:
                             f"got {value!r}")
 
 
-def experiment_config(suite: Suite, head: str, features: Path, out: Path, progress: bool = True
-                      ) -> ExperimentConfig:
-    """The ``ExperimentConfig`` of one head of one cell (the suite's [train] settings)."""
+def experiment_config(suite: Suite, head: str, features: Path, out: Path, progress: bool = True,
+                      profile: str = "full") -> ExperimentConfig:
+    """The ``ExperimentConfig`` of one head × training profile of one cell (the suite's [train] settings)."""
     from .experiment import ExperimentConfig
     from .heads import ProbeConfig
+    from .profiles import parse_profile
     from .trainer import TrainConfig, method_hparams
 
     t = suite.train
@@ -215,12 +229,14 @@ def experiment_config(suite: Suite, head: str, features: Path, out: Path, progre
     set_ = t.get("set", {})
     if not all(isinstance(v, dict) for v in set_.values()):
         raise UserError(f"suite {suite.path} [train]: set takes {{method = {{param = value}}}}")
-    probe = ProbeConfig(head=head, adapter=suite.adapter, width=t.get("width", 256), scale=float(t.get("scale", 16.0)),
-                        learn_scale=t.get("learn_scale", False))
     defaults = TrainConfig()
+    scales = floats(t.get("scale", list(defaults.scales)))
+    probe = ProbeConfig(head=head, adapter=suite.adapter, width=t.get("width", 256), scale=scales[0],
+                        learn_scale=t.get("learn_scale", False))
     tcfg = TrainConfig(epochs=t.get("epochs", defaults.epochs), batch_size=t.get("batch_size", defaults.batch_size),
                        lrs=floats(t.get("lr", list(defaults.lrs))),
                        weight_decays=floats(t.get("wd", list(defaults.weight_decays))),
+                       min_steps=t.get("min_steps", defaults.min_steps), scales=scales,
                        method_params={m: dict(p) for m, p in set_.items()},
                        use_method_grids=t.get("method_grid", True), probe=probe, device=t.get("device"),
                        progress=progress)
@@ -229,7 +245,9 @@ def experiment_config(suite: Suite, head: str, features: Path, out: Path, progre
     extra = {"max_memory": t["max_memory"]} if "max_memory" in t else {}
     return ExperimentConfig(features=features, out=out, methods=list(suite.methods), seeds=list(suite.seeds),
                             select=t.get("select", "acc"), val_fraction=float(t.get("val_fraction", 0.1)),
-                            reference=t.get("reference", "ce"), train=tcfg, **extra)
+                            reference=t.get("reference", "ce"), null=t.get("null", True), train=tcfg,
+                            profile=parse_profile(profile, 1 if profile.strip() == "full" else t.get("episodes", 1),
+                                                  t.get("profile_seed", 0)), **extra)
 
 
 def dataset_root(suite: Suite, dataset: str, data_root: Path | None) -> Path | None:
@@ -289,8 +307,11 @@ def extract_cell(suite: Suite, dataset: str, enc: EncoderEntry, feats: Path, dat
 
 
 def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = Path("features"),
-              out: Path | None = None, progress: bool = True, log: Callable[[str], None] = print) -> list[CellResult]:
-    """Run every cell of ``suite``; write each run folder and ``out/summary.md``; return what happened."""
+              out: Path | None = None, progress: bool = True, log: Callable[[str], None] = print,
+              report_only: bool = False) -> list[CellResult]:
+    """Run every cell of ``suite``; write each run folder and ``out/summary.md``; return what happened.
+    ``report_only``: no extraction or training — every run folder that has a results.json is reported again
+    with the current protocol (tables, plots, summary.md), the others are listed as skipped."""
     from .experiment import run_experiment
     from .report import report_run
 
@@ -302,7 +323,9 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
         for enc in suite.encoders:
             cell = f"{dataset} × {enc.label}"
             feats = features_path(suite, dataset, enc, features_dir)
-            if cached(feats):
+            if report_only:
+                pass
+            elif cached(feats):
                 log(f"{cell}: features cached in {feats}")
             else:
                 why = extract_cell(suite, dataset, enc, feats, data_root, progress)
@@ -310,12 +333,20 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
                     log(f"skip {cell}: {why}")
                     results.append(CellResult(dataset, enc.label, None, "skipped", why))
                     continue
-            for head in suite.heads:
-                run_dir = out / f"{dataset}-{enc.label}-{head}"
+            for head, profile in ((h, p) for h in suite.heads for p in suite.profiles):
+                tag = "" if profile == "full" else "-" + profile.replace(":", "")
+                run_dir = out / f"{dataset}-{enc.label}-{head}{tag}"
+                head = head if profile == "full" else f"{head} · {profile}"
+                if report_only and not (run_dir / "results.json").is_file():
+                    log(f"skip {cell} × {head}: --report-only and no {run_dir}/results.json")
+                    results.append(CellResult(dataset, enc.label, head, "skipped", "not trained yet", run_dir))
+                    continue
                 try:
-                    run_experiment(experiment_config(suite, head, feats, run_dir, progress))
+                    if not report_only:
+                        run_experiment(experiment_config(suite, head.split(" · ")[0], feats, run_dir, progress,
+                                                         profile))
                     # tables and the four PNGs, as `mr2probe report`; its summary has the bootstrap CIs
-                    summary = report_run(run_dir, plots=True).summary
+                    summary = report_run(run_dir, suite.train.get("groups_on", "val"), plots=True).summary
                 except UserError as e:
                     log(f"failed {cell} × {head}: {e}")
                     results.append(CellResult(dataset, enc.label, head, "failed", str(e), run_dir))
@@ -333,23 +364,26 @@ def _mean_std(s: Summary, method: str, col: str) -> str:
     if col.endswith("95% CI"):
         lo_hi = s.ci.get(method, {}).get(col.removesuffix(" 95% CI"))
         return f"[{lo_hi[0]:.1f}, {lo_hi[1]:.1f}]" if lo_hi else "—"
-    m, sd = s.mean[method][col], s.std[method][col]
-    return f"{'+' if col.startswith('Δ') and m > 0 else ''}{m:.2f} ± {sd:.2f}"
+    from .report import _fmt
+
+    return _fmt(s.mean[method][col], s.std[method][col], col.startswith("Δ"))
 
 
 def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
-    """``out/summary.md``: per finished cell and method All/Hard/Worst/ΔAll/ΔHard/ΔEasy (mean ± std over seeds,
-    %) and the paired bootstrap CI of ΔHard (averaged over seeds); per method the mean Δ over cells and in how
-    many cells the ΔHard CI lies above / below 0; then the skipped and failed cells."""
+    """``out/summary.md``: per finished cell and method All/Hard/Worst/ΔAll/ΔHard/ΔEasy (mean ± sample SD over
+    seeds, %) and the bootstrap CI of the seed-mean ΔHard; per method the mean Δ over cells and in how many cells
+    the ΔHard CI lies above / below 0; then the skipped and failed cells."""
     import numpy as np
 
     done = [r for r in results if r.status == "done"]
     lines = [f"# Benchmark suite `{suite.name}`", "",
              f"{len(done)} run(s) done, {sum(r.status == 'skipped' for r in results)} cell(s) skipped, "
              f"{sum(r.status == 'failed' for r in results)} run(s) failed. Methods: {', '.join(suite.methods)}; "
-             f"seeds {suite.seeds}; adapter {suite.adapter}. Columns: test accuracy in %, mean ± std over seeds; "
-             "Δ = method − reference, paired by seed; ΔHard 95% CI: paired bootstrap over test images, averaged "
-             "over seeds.", ""]
+             f"seeds {suite.seeds}; adapter {suite.adapter}. Columns: test accuracy in %, mean ± sample SD over "
+             f"seeds (ddof = 1); groups ranked on {suite.train.get('groups_on', 'val')} of the reference; "
+             "Δ = method − reference, paired by seed; ΔHard 95% CI: bootstrap of the seed mean over test images "
+             "(draws shared by seeds and methods); `(null)`: the reference trained again on disjoint seeds, what "
+             "no effect looks like.", ""]
     if done:
         lines += ["| dataset | encoder | head | method | " + " | ".join(SUMMARY_COLUMNS) + " |",
                   "|---" * (4 + len(SUMMARY_COLUMNS)) + "|"]

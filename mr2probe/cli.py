@@ -131,18 +131,6 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
         raise UserError(f"{flag} takes comma-separated numbers, got {text!r}") from None
 
 
-def resolve_methods(methods: str | list[str], adapter: str) -> tuple[list[str], list[str]]:
-    """``"all"`` → (every registered method that can run with ``adapter``, those left out because they need
-    a trainable adapter); a comma-separated string or a list → (those names, [])."""
-    from .methods import METHODS
-
-    if isinstance(methods, str) and methods.strip() == "all":
-        names = [m for m in METHODS.names() if adapter != "none" or not METHODS.get(m).needs_adapter]
-        return names, sorted(set(METHODS.names()) - set(names))
-    items = methods.split(",") if isinstance(methods, str) else methods
-    return [m.strip() for m in items if m.strip()], []
-
-
 def _method_params(items: list[str]) -> dict[str, dict]:
     """``--set mr2.p=2 --set focal.gamma=1`` → {"mr2": {"p": 2.0}, "focal": {"gamma": 1.0}}."""
     out: dict[str, dict] = {}
@@ -171,10 +159,15 @@ def train(
     head: str = typer.Option("linear", "--head", help="Probe head: linear or cosine."),
     adapter: str = typer.Option("none", "--adapter", help="Trainable adapter before the head: none, linear, mlp."),
     width: int = typer.Option(256, "--width", help="Adapter output width."),
-    scale: float = typer.Option(16.0, "--scale", help="Cosine head scale s."),
-    learn_scale: bool = typer.Option(False, "--learn-scale", help="Make the cosine scale trainable."),
+    scale: str = typer.Option("8,16,32,64", "--scale", help="Cosine head scale grid s (comma-separated), selected "
+                              "on val for every method alike; one value fixes it."),
+    learn_scale: bool = typer.Option(False, "--learn-scale", help="Make the cosine scale trainable (from each "
+                                     "grid value)."),
     seeds: int = typer.Option(3, "--seeds", help="Number of seeds (0..N-1); each seed fixes init and data order."),
-    epochs: int = typer.Option(30, "--epochs", help="Training epochs (fixed; no epoch is picked on test)."),
+    epochs: int = typer.Option(30, "--epochs", help="Training epochs; the budget is max(epochs · ⌈N/batch⌉, "
+                               "--min-steps) optimiser steps (no epoch is picked on test)."),
+    min_steps: int = typer.Option(1000, "--min-steps", help="Floor of the training budget in optimiser steps, so "
+                                  "small and few-shot sets converge (0 = epochs alone)."),
     batch_size: int = typer.Option(512, "--batch-size", help="Training batch size."),
     lr: str = typer.Option("1e-3,1e-2", "--lr", help="Learning-rate grid (comma-separated), selected on val."),
     wd: str = typer.Option("1e-4,1e-1", "--wd", help="AdamW weight-decay grid (comma-separated), selected on val."),
@@ -187,6 +180,16 @@ def train(
     val_fraction: float = typer.Option(0.1, "--val-fraction", help="Stratified hold-out of train when the "
                                        "file has no val split."),
     reference: str = typer.Option("ce", "--reference", help="Method that defines hard/medium/easy groups."),
+    no_null: bool = typer.Option(False, "--no-null", help="Do not train the null control (the reference again on "
+                                 "seeds N..2N-1, scored like a method)."),
+    groups_on: str = typer.Option("val", "--groups-on", help="Rank the groups on val (default), crossfit (halves "
+                                  "of test, swapped) or test (biased; as many papers do)."),
+    train_profile: str = typer.Option("full", "--train-profile", help="Training-set profile (train only; val and "
+                                      "test untouched): full, longtail:RHO (n_r = n_max·RHO^(−r/(K−1)) over a seeded "
+                                      "class order), shots:N (N per class) or fraction:F."),
+    episodes: int = typer.Option(1, "--episodes", help="Seeded draws of the training profile, averaged like seeds "
+                                 "(e.g. --train-profile shots:5 --episodes 5)."),
+    profile_seed: int = typer.Option(0, "--profile-seed", help="Seed of the profile's class order and draws."),
     device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
     max_memory: str = typer.Option("8GiB", "--max-memory", help="Memory for features: if train+val+test as "
                                    "float32 fit in SIZE they are loaded onto the device, else streamed from the "
@@ -198,6 +201,8 @@ def train(
     """Train probes with the chosen methods and seeds on cached features; writes results.json and the table."""
     from .experiment import ExperimentConfig, run_experiment
     from .heads import ProbeConfig
+    from .metrics import GROUPS_ON
+    from .profiles import parse_profile
     from .report import write_report
     from .source import parse_size
     from .trainer import TrainConfig
@@ -205,20 +210,27 @@ def train(
     if features is None:
         features = default_features()
         typer.echo(f"no --features given: using the bundled file {features}", err=True)
+    from .methods import resolve_methods
+
     names, skipped = resolve_methods(methods, adapter)
     if skipped:
         typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
-    probe = ProbeConfig(head=head, adapter=adapter, width=width, scale=scale, learn_scale=learn_scale)
+    scales = _floats(scale, "--scale")
+    probe = ProbeConfig(head=head, adapter=adapter, width=width, scale=scales[0] if scales else 16.0,
+                        learn_scale=learn_scale)
     tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lrs=_floats(lr, "--lr"), weight_decays=_floats(wd, "--wd"),
-                       method_params=_method_params(set_), use_method_grids=not no_method_grid, probe=probe,
-                       device=device, progress=not quiet)
+                       min_steps=min_steps, scales=scales, method_params=_method_params(set_),
+                       use_method_grids=not no_method_grid, probe=probe, device=device, progress=not quiet)
     cfg = ExperimentConfig(features=features, out=out, methods=names, seeds=list(range(seeds)), select=select,
-                           val_fraction=val_fraction, reference=reference, train=tcfg,
-                           max_memory=parse_size(max_memory))
+                           val_fraction=val_fraction, reference=reference, null=not no_null, train=tcfg,
+                           max_memory=parse_size(max_memory),
+                           profile=parse_profile(train_profile, episodes, profile_seed))
+    if groups_on not in GROUPS_ON:
+        raise UserError(f"--groups-on must be one of {', '.join(GROUPS_ON)}, got {groups_on!r}")
     run_experiment(cfg)
-    typer.echo(write_report(out))
+    typer.echo(write_report(out, groups_on))
     typer.echo(f"wrote {out}/results.json, table.md, table.csv")
 
 
@@ -234,8 +246,11 @@ def default_features() -> Path:
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run folder(s) holding results.json; each folder is one "
                                           "(encoder, dataset, head) setting."),
-    groups_on: str = typer.Option("test", "--groups-on", help="Rank classes on test or val accuracy of the "
-                                  "reference."),
+    groups_on: str = typer.Option("val", "--groups-on", help="Rank the hard/medium/easy classes on the "
+                                  "reference's val accuracy (default), crossfit (rank on one class-stratified half "
+                                  "of test, score on the other, swap, average) or test (rank and score on the same "
+                                  "images: biased, for comparing with papers that do it)."),
+    no_null: bool = typer.Option(False, "--no-null", help="Leave the null control's rows out of the tables."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Where the Δ summary across runs (ΔHard, ΔEasy, "
                                            "ΔAll of each method vs the reference, per run and averaged) goes: "
                                            "PATH.md + PATH.csv, or summary.md + summary.csv inside PATH if it is a "
@@ -251,7 +266,7 @@ def report(
     variability.png and tradeoff.png; with several run folders also a Δ summary across them."""
     from .report import run_report
 
-    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots))
+    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null))
 
 
 @app.command()
@@ -295,13 +310,41 @@ def bench(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folders and summary.md. Default: "
                                        "runs/<suite name>."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    report_only: bool = typer.Option(False, "--report-only", help="No extraction or training: report every run "
+                                     "folder that has a results.json again with the current protocol, then "
+                                     "summary.md."),
 ) -> None:
     """Run a benchmark suite: extract, train and report every dataset × encoder × head, then summary.md;
     a cell whose data or weights are missing is skipped with one line."""
     from .bench import load_suite, run_suite
 
     run_suite(load_suite(suite), data_root, features_dir, out, progress=not quiet,
-              log=lambda m: typer.echo(m, err=True))
+              log=lambda m: typer.echo(m, err=True), report_only=report_only)
+
+
+@app.command("import")
+@guarded()
+def import_(
+    src: Path = typer.Argument(..., help="An .npz with {split}_features / {split}_labels (optional class_names), or "
+                               "a folder of per-split .npy/.pt arrays (CLIP_benchmark's features_{split}.pt, "
+                               "targets_{split}.pt)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Feature file (.h5) to write; written as OUT.partial and "
+                             "renamed when whole."),
+    encoder: str = typer.Option("imported", "--encoder", "-e", help="The file's encoder attribute."),
+    dataset: str = typer.Option("imported", "--dataset", "-d", help="The file's dataset attribute."),
+    class_names: Optional[Path] = typer.Option(None, "--class-names", help="Class names, index = label: a JSON "
+                                               "list or a text file with one per line (wins over names in SRC)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
+) -> None:
+    """Turn features made by other tools into a feature file (validated like one: train and test, same D,
+    no NaN/Inf, labels in [0, K))."""
+    from .featurestore import read_features
+    from .importer import import_features
+
+    path = import_features(src, out, encoder=encoder, dataset=dataset, class_names=class_names, overwrite=overwrite)
+    fs = read_features(path, load=False)
+    typer.echo(f"wrote {path}: K={fs.num_classes} classes, D={fs.dim}, "
+               + ", ".join(f"{s} {n}" for s, n in fs.rows.items()))
 
 
 def main() -> None:

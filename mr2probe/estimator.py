@@ -1,8 +1,8 @@
 """scikit-learn estimators: one probe (any method, head, adapter) trained on a feature matrix.
 
-``ProbeClassifier`` wraps :func:`mr2probe.trainer.train_stack` with a single :class:`RunSpec`: no grid and
-no validation split (hyperparameter selection is ``GridSearchCV``'s job), so it composes with ``Pipeline``,
-``GridSearchCV``, ``cross_val_score`` and friends::
+``ProbeClassifier`` wraps :func:`mr2probe.trainer.train_stack` with a single :class:`RunSpec` (after choosing
+lr × weight decay on an internal hold-out, the way ``LogisticRegressionCV`` chooses C), so it composes with
+``Pipeline``, ``GridSearchCV``, ``cross_val_score`` and friends::
 
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -10,6 +10,7 @@ no validation split (hyperparameter selection is ``GridSearchCV``'s job), so it 
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,15 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .errors import UserError
 from .heads import ProbeConfig, ProbeStack
+from .experiment import holdout_val, select_scores
 from .trainer import TrainConfig, TrainData, expand_runs, pick_device, train_stack
+
+
+def _grid(value: Any, default: tuple[float, ...]) -> tuple[float, ...]:
+    """A parameter that is one number, a sequence of numbers (a grid) or None (the default grid)."""
+    if value is None:
+        return default
+    return tuple(float(v) for v in value) if isinstance(value, (tuple, list)) else (float(value),)
 
 
 class ProbeClassifier(ClassifierMixin, BaseEstimator):
@@ -28,35 +37,45 @@ class ProbeClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters (stored unchanged; checked at ``fit``): ``method`` (see ``mr2probe methods``), ``head``
     (linear | cosine), ``adapter`` (none | linear | mlp), ``width`` (adapter width), ``scale`` (cosine
-    scale), ``epochs``, ``batch_size``, ``lr``, ``weight_decay`` (AdamW, cosine schedule), ``seed`` (init and
-    data order), ``method_params`` (dict of the method's own hyperparameters, e.g. ``{"gamma": 1.0}`` for
-    focal; unset ones take the method's defaults), ``device`` (torch device; default cuda if available).
+    scale), ``epochs``, ``min_steps`` (the budget: max(epochs · ⌈n / batch_size⌉, min_steps) AdamW steps, cosine
+    schedule), ``batch_size``, ``lr``, ``weight_decay``, ``seed`` (init and data order), ``method_params`` (dict
+    of the method's own hyperparameters, e.g. ``{"gamma": 1.0}`` for focal; unset ones take the method's
+    defaults), ``val_fraction``, ``device`` (torch device; default cuda if available).
+
+    Converges with its defaults, like sklearn's ``LogisticRegression``: the regulariser is a coupled L2 penalty
+    ½·l2·‖W‖² on the linear head's weights (the objective of L2 logistic regression with l2 = 1/(C·n); AdamW's
+    decoupled ``weight_decay`` is 0 by default: it does not converge to that optimum). ``lr``, ``weight_decay``
+    and ``l2`` default to None = the grids (1e-2, 1e-1) × (0) × (1e-4, 1e-3, 1e-2) (l2 is 0 for a cosine head,
+    whose weights are normalised; it then searches weight decay (1e-4, 1e-1) instead); with more than one grid
+    point, all points are trained together (one stack) on a stratified ``val_fraction`` (0.2, seed 0) hold-out
+    of ``X``, the best point on its accuracy is kept (``best_params_``) and the probe is refit on all of ``X``
+    with it. A number (or a one-element list) fixes the value; a list is a grid. The method's own grid is not
+    searched (that is ``GridSearchCV``'s job, as is every other parameter).
 
     Fitted attributes: ``classes_`` (sorted labels: strings, integers, any sortable values), ``n_features_in_``,
-    ``probe_`` (the trained :class:`~mr2probe.heads.ProbeStack` with one head, float64 on CPU),
-    ``info_`` (the method's per-run info, e.g. MR2 margins), and for a linear head without adapter
-    ``coef_`` [K, D] and ``intercept_`` [K] (softmax form: one row per class, also for K = 2).
+    ``best_params_`` ({"lr", "weight_decay", "l2"}), ``probe_`` (the trained :class:`~mr2probe.heads.ProbeStack` with
+    one head, float64 on CPU), ``info_`` (the method's per-run info, e.g. MR2 margins), and for a linear head
+    without adapter ``coef_`` [K, D] and ``intercept_`` [K] (softmax form: one row per class, also for K = 2).
 
-    Methods that use a validation set (cdb) see the training set: there is no held-out split here.
+    CDB measures class difficulty on a held-out part of the training set it is given (see ``mr2probe methods``).
     ``decision_function`` returns the logits [n, K], or ``logit₁ − logit₀`` [n] for two classes.
 
-    scikit-learn's ``check_estimator`` (tests/test_estimator.py) passes, with these exceptions:
-
-    * ``check_classifiers_train`` is an expected failure *with the default hyperparameters*: a toy dataset
-      of a few hundred rows gets 30 AdamW steps at lr 1e-3 (one batch per epoch) and stays near its random
-      init, below the check's 83% training accuracy. With ``lr=0.1`` it passes (as do all other checks, for
-      ProbeClassifier and MR2Classifier, linear and cosine heads).
-    * ``check_sample_weight*`` and ``check_classifiers_one_label_sample_weights`` are not generated: ``fit``
-      takes no ``sample_weight`` (the methods reweight samples themselves).
-    * sklearn itself skips ``check_array_api_input`` unless ``SCIPY_ARRAY_API=1`` is set, and
-      ``check_classifier_data_not_an_array`` when pandas is not installed.
+    scikit-learn's ``check_estimator`` (tests/test_estimator.py) passes with the defaults, with these
+    exceptions: ``check_sample_weight*`` and ``check_classifiers_one_label_sample_weights`` are not generated
+    (``fit`` takes no ``sample_weight``: the methods reweight samples themselves); sklearn itself skips
+    ``check_array_api_input`` unless ``SCIPY_ARRAY_API=1`` is set.
 
     Training data with a single class raises ``ValueError`` (as sklearn's checks allow).
     """
 
+    LRS: tuple[float, ...] = (1e-2, 1e-1)
+    L2S: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
+    COSINE_WEIGHT_DECAYS: tuple[float, ...] = (1e-4, 1e-1)
+
     def __init__(self, method: str = "ce", head: str = "linear", adapter: str = "none", width: int = 256,
-                 scale: float = 16.0, epochs: int = 30, batch_size: int = 512, lr: float = 1e-3,
-                 weight_decay: float = 1e-4, seed: int = 0, method_params: dict[str, Any] | None = None,
+                 scale: float = 16.0, epochs: int = 30, min_steps: int = 1000, batch_size: int = 512,
+                 lr: Any = None, weight_decay: Any = None, l2: Any = None, seed: int = 0,
+                 method_params: dict[str, Any] | None = None, val_fraction: float = 0.2,
                  device: str | None = None) -> None:
         self.method = method
         self.head = head
@@ -64,41 +83,66 @@ class ProbeClassifier(ClassifierMixin, BaseEstimator):
         self.width = width
         self.scale = scale
         self.epochs = epochs
+        self.min_steps = min_steps
         self.batch_size = batch_size
         self.lr = lr
         self.weight_decay = weight_decay
+        self.l2 = l2
         self.seed = seed
         self.method_params = method_params
+        self.val_fraction = val_fraction
         self.device = device
 
     def _method_params(self) -> dict[str, Any]:
         return dict(self.method_params or {})
 
-    def _train_config(self) -> TrainConfig:
+    def _grids(self) -> dict[str, tuple[float, ...]]:
+        """The lr, weight-decay and l2 values searched (one value each = no search)."""
+        linear = self.head == "linear"
+        return {"lr": _grid(self.lr, self.LRS),
+                "weight_decay": _grid(self.weight_decay, (0.0,) if linear else self.COSINE_WEIGHT_DECAYS),
+                "l2": _grid(self.l2, self.L2S if linear else (0.0,))}
+
+    def _train_config(self, grids: dict[str, tuple[float, ...]]) -> TrainConfig:
         probe = ProbeConfig(head=self.head, adapter=self.adapter, width=int(self.width), scale=float(self.scale))
-        return TrainConfig(epochs=int(self.epochs), batch_size=int(self.batch_size), lrs=(float(self.lr),),
-                           weight_decays=(float(self.weight_decay),),
+        return TrainConfig(epochs=int(self.epochs), min_steps=int(self.min_steps), batch_size=int(self.batch_size),
+                           lrs=grids["lr"], weight_decays=grids["weight_decay"], l2s=grids["l2"],
+                           scales=(float(self.scale),),
                            method_params={self.method: self._method_params()}, use_method_grids=False,
                            probe=probe, device=self.device, progress=False)
 
     def fit(self, X: Any, y: Any) -> "ProbeClassifier":
-        """Train one probe on all of ``X``, ``y``; returns self."""
+        """Select lr × weight decay on a hold-out of ``X`` (if a grid), then train one probe on all of it."""
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         check_classification_targets(y)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; got 1 class")
         try:
-            cfg = self._train_config()
+            grids = self._grids()
+            if not 0 < float(self.val_fraction) < 1:
+                raise UserError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+            cfg = self._train_config(grids)
             cfg.check()
             device = pick_device(cfg.device)
             x = torch.tensor(X, dtype=torch.float32, device=device)
             yt = torch.as_tensor(y_enc.astype(np.int64), device=device)
-            data = TrainData(x, yt, x, yt, len(self.classes_))
-            specs = expand_runs([self.method], [int(self.seed)], cfg)
-            trained = train_stack(data, specs, cfg)
+            k = len(self.classes_)
+            best = {name: values[0] for name, values in grids.items()}
+            if math.prod(len(v) for v in grids.values()) > 1:
+                keep, held = holdout_val(y_enc, float(self.val_fraction), 0)
+                if len(held):  # else (one sample per class): no hold-out is possible, the first point is used
+                    kt, ht = torch.as_tensor(keep, device=device), torch.as_tensor(held, device=device)
+                    data = TrainData(x[kt], yt[kt], x[ht], yt[ht], k)
+                    trained = train_stack(data, expand_runs([self.method], [int(self.seed)], cfg), cfg)
+                    scores = select_scores(trained.predict(data.val_x), data.val_y, k, "acc")
+                    chosen = trained.specs[int(np.argmax(scores))].params
+                    best = {name: chosen.get(name, 0.0) for name in grids}
+            cfg = self._train_config({name: (v,) for name, v in best.items()})
+            trained = train_stack(TrainData(x, yt, x, yt, k), expand_runs([self.method], [int(self.seed)], cfg), cfg)
         except UserError as e:  # bad hyperparameter or diverged training: sklearn expects ValueError
             raise ValueError(str(e)) from None
+        self.best_params_ = best
         self.probe_: ProbeStack = trained.probe.to(device="cpu", dtype=torch.float64).eval()
         self.probe_.requires_grad_(False)
         self.info_: dict[str, Any] = trained.info[0]
@@ -141,11 +185,13 @@ class MR2Classifier(ProbeClassifier):
 
     def __init__(self, method: str = "mr2", p: float = 3.0, c_bar: float = 1.0, lam: float = 0.1,
                  head: str = "linear", adapter: str = "none", width: int = 256, scale: float = 16.0,
-                 epochs: int = 30, batch_size: int = 512, lr: float = 1e-3, weight_decay: float = 1e-4,
-                 seed: int = 0, method_params: dict[str, Any] | None = None, device: str | None = None) -> None:
+                 epochs: int = 30, min_steps: int = 1000, batch_size: int = 512, lr: Any = None,
+                 weight_decay: Any = None, l2: Any = None, seed: int = 0,
+                 method_params: dict[str, Any] | None = None, val_fraction: float = 0.2,
+                 device: str | None = None) -> None:
         super().__init__(method=method, head=head, adapter=adapter, width=width, scale=scale, epochs=epochs,
-                         batch_size=batch_size, lr=lr, weight_decay=weight_decay, seed=seed,
-                         method_params=method_params, device=device)
+                         min_steps=min_steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, l2=l2,
+                         seed=seed, method_params=method_params, val_fraction=val_fraction, device=device)
         self.p = p
         self.c_bar = c_bar
         self.lam = lam

@@ -17,7 +17,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,12 @@ from . import __version__
 from .atomic import atomic_text, atomic_write
 from .errors import UserError
 from .featurestore import FeatureSet, check_classes_covered, content_sha256, file_sha256, read_features
-from .metrics import per_class_accuracy
+from .metrics import null_name, per_class_accuracy
+from .profiles import Profile, draw_seed, select_rows
 from .methods import METHODS
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
-from .trainer import TrainConfig, TrainData, expand_runs, method_hparams, pick_device, train_stack
+from .trainer import TrainConfig, TrainData, budget, expand_runs, method_hparams, pick_device, train_stack
 
 SELECT_METRICS = ("acc", "macc")
 
@@ -50,6 +51,8 @@ class ExperimentConfig:
     val_fraction: float = 0.1
     val_seed: int = 0
     reference: str = "ce"
+    null: bool = True  # also train the reference on disjoint seeds (the null control, see `null_seeds`)
+    profile: Profile = field(default_factory=Profile)  # training-set profile (train only; val and test untouched)
     train: TrainConfig = field(default_factory=TrainConfig)
     max_memory: int | str = DEFAULT_MAX_MEMORY  # feature memory cap: bytes, "512MB", "8GiB", … or "auto" (source.py)
 
@@ -71,6 +74,27 @@ class ExperimentConfig:
         if not 0 < self.val_fraction < 1:
             raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
         parse_size(self.max_memory)
+
+
+def replicates(cfg: ExperimentConfig) -> list[tuple[int, int]]:
+    """(seed, episode) of every stack: each seed once per episode of the training profile. With E > 1 episodes the
+    seeds of episode e are shifted by e·(max seed + 1), so every stack has its own seed (init and data order) and
+    the table averages over all E × S of them like seeds."""
+    stride = max(cfg.seeds) + 1
+    return [(s + e * stride, e) for e in range(cfg.profile.episodes) for s in cfg.seeds]
+
+
+def take_rows(x: torch.Tensor | StreamedFeatures, rows: np.ndarray) -> torch.Tensor | StreamedFeatures:
+    """The rows ``rows`` (sorted positions) of a feature matrix, in memory or streamed from the file."""
+    if isinstance(x, StreamedFeatures):
+        base = np.arange(x.ds.shape[0]) if x.rows is None else x.rows
+        return StreamedFeatures(x.ds, base[rows], x.device, x.block_rows, x.piece_rows, x.dtype)
+    return x[torch.as_tensor(rows, device=x.device)]
+
+
+def null_seeds(seeds: list[int]) -> list[int]:
+    """The null control's seeds: as many as ``seeds``, disjoint from them (max + 1, max + 2, …; 0..N−1 → N..2N−1)."""
+    return list(range(max(seeds) + 1, max(seeds) + 1 + len(seeds)))
 
 
 def holdout_val(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +148,7 @@ def prepare_data(fs: FeatureSet, cfg: ExperimentConfig, device: torch.device, h5
     return data, (features("test", None), t(te.labels, torch.long)), sizes
 
 
-def _score(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.ndarray:
+def select_scores(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.ndarray:
     """Val score of every head: logits [H, n, K] → [H]."""
     correct = (logits.argmax(-1) == y).float()  # [H, n]
     if select == "acc":
@@ -158,6 +182,8 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
     train = {k: v for k, v in asdict(cfg.train).items() if k != "progress"}
     key = {"features": features_hash, "methods": cfg.methods, "train": train, "select": cfg.select,
            "val": [cfg.val_fraction, cfg.val_seed]}
+    if cfg.profile.kind != "full":  # only then, so keys of full-set runs are unchanged
+        key["profile"] = cfg.profile.as_dict()
     if stream:
         key["stream"] = stream
     blob = json.dumps(key, sort_keys=True, default=str)
@@ -195,7 +221,7 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
     trained = train_stack(data, specs, cfg.train, log, description=f"sweep {len(cfg.methods)} methods", bar=bar)
     wall = time.time() - t0
     val_logits = trained.predict(data.val_x)
-    scores = _score(val_logits, data.val_y, data.num_classes, cfg.select)
+    scores = select_scores(val_logits, data.val_y, data.num_classes, cfg.select)
     runs, preds = [], {}
     for method in cfg.methods:
         heads = [i for i, s in enumerate(trained.specs) if s.method == method]
@@ -245,6 +271,13 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     features_hash, content_hash = file_sha256(cfg.features), content_sha256(cfg.features)
     streamed = isinstance(data.x, StreamedFeatures)
     stream = {"block_rows": data.x.block_rows, "piece_rows": data.x.piece_rows} if streamed else None
+    # the training rows of every episode first: a profile the data cannot supply fails before anything is written
+    y_train = data.y.cpu().numpy()
+    episodes: dict[int, dict[str, Any]] = {}
+    for e in range(cfg.profile.episodes):
+        rows = select_rows(y_train, cfg.profile, e, data.num_classes, fs.class_names)
+        episodes[e] = {"episode": e, "rows": rows, "draw_seed": draw_seed(cfg.profile.seed, e),
+                       "train_class_counts": np.bincount(y_train[rows], minlength=data.num_classes).tolist()}
     out = Path(cfg.out)
     try:
         (out / "parts").mkdir(parents=True, exist_ok=True)
@@ -253,7 +286,6 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         probe_file.unlink()
     except OSError as e:
         raise UserError(f"cannot write to output folder {out}: {e.strerror}; pass another --out") from None
-    key = _config_key(cfg, content_hash, stream)
     notes: list[str] = []
 
     def log(msg: str) -> None:
@@ -266,36 +298,74 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
             f"MiB): streamed from the file in blocks of {stream['block_rows']} rows ({stream['piece_rows']}-row "
             "pieces); the data order differs from an in-memory run")
 
+    reference = cfg.reference if cfg.reference in cfg.methods else cfg.methods[0]
+    # (config, seeds, name of its runs): the methods on cfg.seeds; the null control, the reference alone on
+    # disjoint seeds (its parts are keyed like any run of that one method, so they are shared with such runs)
+    reps = replicates(cfg)
+    jobs = [(cfg, reps, None)]
+    if cfg.null:  # the i-th null seed trains on the i-th replicate's episode: paired by position in the report
+        nulls = list(zip(null_seeds([s for s, _ in reps]), [e for _, e in reps]))
+        jobs.append((replace(cfg, methods=[reference]), nulls, null_name(reference)))
+    episodic = cfg.profile.episodes > 1
+    stacks: list[tuple[ExperimentConfig, str, int, int, Path, Path, str | None]] = []
+    for job_cfg, seeds, rename in jobs:
+        key = _config_key(job_cfg, content_hash, stream)
+        names = {seed: f"seed{seed}-ep{ep}-{key}" if episodic else f"seed{seed}-{key}" for seed, ep in seeds}
+        parts = {seed: (out / "parts" / f"{names[seed]}.json", out / "parts" / f"{names[seed]}.npz")
+                 for seed, _ in seeds}
+        _adopt_legacy_parts(parts, out / "parts", _config_key(job_cfg, features_hash, stream), log)
+        stacks += [(job_cfg, key, seed, ep, *parts[seed], rename) for seed, ep in seeds]
+    if cfg.profile.kind != "full":
+        log(f"training profile {cfg.profile.describe()}: {len(episodes[0]['rows'])} of {len(y_train)} training "
+            f"rows per episode; val and test untouched")
+
+    def episode_data(e: int) -> TrainData:
+        if cfg.profile.kind == "full":
+            return data
+        rows = episodes[e]["rows"]
+        return TrainData(take_rows(data.x, rows), data.y[torch.as_tensor(rows, device=data.y.device)], data.val_x,
+                         data.val_y, data.num_classes)
+
+    todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
+    steps = {e: int(np.prod(budget(len(episodes[e]["rows"]), cfg.train))) for e in episodes}
+    heads = len(expand_runs(cfg.methods, [0], cfg.train))
     runs: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
-    parts = {seed: (out / "parts" / f"seed{seed}-{key}.json", out / "parts" / f"seed{seed}-{key}.npz")
-             for seed in cfg.seeds}
-    _adopt_legacy_parts(parts, out / "parts", _config_key(cfg, features_hash, stream), log)
-    todo = [s for s, (pj, pn) in parts.items() if not (pj.exists() and pn.exists())]
-    steps = cfg.train.epochs * -(-len(data.y) // cfg.train.batch_size)
-    heads = len(expand_runs(cfg.methods, [0], cfg.train))
-    with progress_bar(f"sweep: {len(cfg.methods)} methods × {len(todo)} seeds, {heads} heads per seed",
-                      total=len(todo) * steps, enabled=cfg.train.progress) as bar:
-        for seed, (part, part_npz) in parts.items():
-            if seed not in todo:
-                log(f"seed {seed}: already trained ({part.name}), kept")
+    with progress_bar(f"sweep: {len(cfg.methods)} methods, {heads} heads per seed; {len(todo)} seed stacks to train",
+                      total=sum(steps[st[3]] for st in todo), enabled=cfg.train.progress) as bar:
+        for job_cfg, key, seed, ep, part, part_npz, rename in stacks:
+            if part.exists() and part_npz.exists():
+                log(f"seed {seed}{' (null control)' if rename else ''}: already trained ({part.name}), kept")
                 seed_runs = json.loads(part.read_text())["runs"]
                 seed_preds = load_npz(part_npz)
             else:
-                seed_runs, seed_preds = train_seed(data, test, cfg, seed, log, bar)
+                seed_runs, seed_preds = train_seed(episode_data(ep), test, job_cfg, seed, log, bar)
+                seed_runs = [{**r, "episode": ep} for r in seed_runs]
                 atomic_npz(part_npz, seed_preds)
                 atomic_json(part, {"key": key, "runs": seed_runs})
+            if rename:
+                seed_runs = [{**r, "method": rename} for r in seed_runs]
+                seed_preds = {f"{rename}/{k.split('/', 1)[1]}": v for k, v in seed_preds.items()}
             runs += seed_runs
             preds.update(seed_preds)
-    order = {m: i for i, m in enumerate(cfg.methods)}
+    order = {m: i for i, m in enumerate(cfg.methods + [null_name(reference)])}
     runs.sort(key=lambda r: (order[r["method"]], r["seed"]))
+    epochs, per_epoch = budget(len(episodes[0]["rows"]), cfg.train)
     results = {
         "mr2probe_version": __version__,
         "class_names": fs.class_names,
         "test_class_counts": np.bincount(test[1].cpu().numpy(), minlength=fs.num_classes).tolist(),
-        "reference": cfg.reference if cfg.reference in cfg.methods else cfg.methods[0],
+        "reference": reference,
+        "null_control": {"method": null_name(reference), "seeds": null_seeds(cfg.seeds)} if cfg.null else None,
+        "budget": {"steps": epochs * per_epoch, "epochs": epochs, "steps_per_epoch": per_epoch,
+                   "min_steps": cfg.train.min_steps, "batch_size": cfg.train.batch_size,
+                   "rule": "max(epochs · ⌈N_train / batch⌉, min_steps) optimiser steps, whole epochs, the same for "
+                           "every method"},
+        "profile": {**cfg.profile.as_dict(), "describe": cfg.profile.describe()},
+        "train_class_counts": episodes[0]["train_class_counts"],
+        "episodes": [{k: v for k, v in ep.items() if k != "rows"} for ep in episodes.values()],
         "head": cfg.train.probe.head, "adapter": cfg.train.probe.adapter,
-        "config": {"methods": cfg.methods, "seeds": cfg.seeds, "select": cfg.select,
+        "config": {"methods": cfg.methods, "seeds": cfg.seeds, "null": cfg.null, "select": cfg.select,
                    "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train),
                    "max_memory": cfg.max_memory},
         "provenance": {

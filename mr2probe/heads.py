@@ -62,7 +62,8 @@ class Adapter:
 
 
 class Head:
-    """Base: ``init(seeds, K, d, cfg)`` and ``logits(z [H|1, B, d], params) -> [H, B, K]``."""
+    """Base: ``init(seeds, K, d, cfg, scales)`` and ``logits(z [H|1, B, d], params) -> [H, B, K]``; ``scales`` [H]
+    are the heads' cosine scales (a hyperparameter selected on val like lr; ignored by heads without one)."""
 
     def represent(self, z: torch.Tensor) -> torch.Tensor:
         return z
@@ -113,18 +114,20 @@ def _affine(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.T
 
 @HEADS.register("linear", help="h(z) = W z + b")
 class LinearHead(Head):
-    def init(self, seeds: list[int], k: int, d: int, cfg: ProbeConfig) -> dict[str, torch.Tensor]:
+    def init(self, seeds: list[int], k: int, d: int, cfg: ProbeConfig, scales: list[float]
+             ) -> dict[str, torch.Tensor]:
         return {"W": _stacked(seeds, 5, (k, d), d), "b": _stacked(seeds, 6, (k,), d)}
 
     def logits(self, z: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
         return _affine(z, p["W"], p["b"])
 
 
-@HEADS.register("cosine", help="h(z)_k = s · cos(w_k, z), scale s (--scale, --learn-scale)")
+@HEADS.register("cosine", help="h(z)_k = s · cos(w_k, z), scale s per head (--scale grid on val, --learn-scale)")
 class CosineHead(Head):
-    def init(self, seeds: list[int], k: int, d: int, cfg: ProbeConfig) -> dict[str, torch.Tensor]:
+    def init(self, seeds: list[int], k: int, d: int, cfg: ProbeConfig, scales: list[float]
+             ) -> dict[str, torch.Tensor]:
         p = {"W": _stacked(seeds, 5, (k, d), d)}
-        p["log_s" if cfg.learn_scale else "_log_s"] = torch.full((len(seeds),), math.log(cfg.scale))
+        p["log_s" if cfg.learn_scale else "_log_s"] = torch.tensor([math.log(s) for s in scales])
         return p
 
     def represent(self, z: torch.Tensor) -> torch.Tensor:
@@ -139,16 +142,21 @@ class CosineHead(Head):
 class ProbeStack(torch.nn.Module):
     """H probes with the same shape: ``forward(x [B, D]) -> (representation [H|1, B, d], logits [H, B, K])``.
 
+    ``scales`` [H]: each head's (initial) cosine scale; default ``cfg.scale`` for every head.
     Parameters whose name starts with ``_`` are fixed buffers (e.g. a non-learnable cosine scale)."""
 
-    def __init__(self, cfg: ProbeConfig, in_dim: int, num_classes: int, seeds: list[int]) -> None:
+    def __init__(self, cfg: ProbeConfig, in_dim: int, num_classes: int, seeds: list[int],
+                 scales: list[float] | None = None) -> None:
         super().__init__()
         cfg.check()
+        scales = [cfg.scale] * len(seeds) if scales is None else list(scales)
+        if len(scales) != len(seeds) or any(not s > 0 for s in scales):
+            raise UserError(f"cosine scales must be > 0, one per head; got {scales}")
         self.cfg, self.num_heads = cfg, len(seeds)
         self.adapter, self.head = ADAPTERS.get(cfg.adapter)(), HEADS.get(cfg.head)()
         self.out_dim = self.adapter.out_dim(in_dim, cfg.width)
         params = {**{f"adapter_{n}": t for n, t in self.adapter.init(seeds, in_dim, cfg.width).items()},
-                  **{f"head_{n}": t for n, t in self.head.init(seeds, num_classes, self.out_dim, cfg).items()}}
+                  **{f"head_{n}": t for n, t in self.head.init(seeds, num_classes, self.out_dim, cfg, scales).items()}}
         for name, t in params.items():
             if name.split("_", 1)[1].startswith("_"):
                 self.register_buffer(name, t)
@@ -161,6 +169,12 @@ class ProbeStack(torch.nn.Module):
 
     def represent(self, x: torch.Tensor) -> torch.Tensor:
         return self.head.represent(self.adapter.forward(x, self._group("adapter_")))
+
+    def adapter_output(self, x: torch.Tensor, heads: slice | None = None) -> torch.Tensor:
+        """g(x) [H|1, B, d] before the head's own transform (cosine: before z/‖z‖), of all heads or of ``heads``
+        only (their adapters alone are evaluated); the identity adapter gives the features x, [1, B, D]."""
+        p = self._group("adapter_")
+        return self.adapter.forward(x, p if heads is None else {n: t[heads] for n, t in p.items()})
 
     def forward(self, x: torch.Tensor, detach: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``detach`` [H] bool: those heads' classifiers see a detached representation (no gradient reaches

@@ -1,12 +1,14 @@
 """The report stage: results.json (+ predictions.npz) → the protocol table (markdown, CSV, LaTeX), plots, HTML,
 and a Δ summary across runs.
 
-Groups come from the reference method (default ce) averaged over seeds, and are the same for every method.
-Each column is mean ± std over seeds; Δ columns are the method's mean minus the reference's mean (std over
-seeds of the per-seed paired differences). CIs are 95% bootstrap intervals over test samples (1000 draws,
-seed 0), computed per seed and averaged over seeds. The best value of each column (as displayed, 2 decimals;
-ties all marked; the reference is not a candidate in Δ columns) is bold: highest for accuracies and Δs,
-lowest for Std and Gap.
+Groups come from the reference method (default ce) averaged over seeds and are the same for every method; they are
+ranked on val by default (``--groups-on val|crossfit|test``, :data:`~mr2probe.metrics.GROUPS_ON`). Each column is
+mean ± sample SD (ddof = 1) over seeds; Δ columns are paired seed by seed with the reference. The null control
+(``<reference> (null)``: the reference trained again on disjoint seeds) is a row like any method: its Δs and CIs
+show what "no effect" looks like. CIs are 95% bootstrap intervals of the seed mean (:class:`~mr2probe.metrics.
+Bootstrap`: 1000 draws of test images, seed 0, shared by seeds and methods). The best value of each column (as
+displayed, 2 decimals; ties all marked; neither the null control nor, in Δ columns, the reference is a
+candidate) is bold: highest for accuracies and Δs, lowest for Std and Gap.
 
 Files per run folder: table.md, table.csv, table.tex, summary.json, [per_class|groups|variability|tradeoff].png,
 [report.html]. Across runs (:func:`run_report`): summary.md + summary.csv (+ report.html).
@@ -20,7 +22,7 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,48 +30,11 @@ import numpy as np
 
 from .atomic import atomic_text
 from .errors import UserError
-from .metrics import COLUMNS, DELTA_COLUMNS, Bootstrap, Groups, class_groups, disparity_row
+from .metrics import COLUMNS, DELTA_COLUMNS
+from .summary import Summary, best_of, sample_sd, summarize
 
-CI_COLUMNS = ["All 95% CI", "Hard 95% CI", "ΔAll 95% CI", "ΔHard 95% CI"]
-LOWER_IS_BETTER = frozenset({"Std", "Gap"})
-HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS)
+CI_COLUMNS = ["All 95% CI", "Hard 95% CI", "ΔHard 95% CI", "ΔEasy 95% CI", "ΔAll 95% CI"]
 PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
-
-
-@dataclass
-class Summary:
-    """The table's content: per method, mean and std of every column, CIs, and the per-seed data behind them."""
-
-    methods: list[str]
-    reference: str
-    groups: Groups
-    mean: dict[str, dict[str, float]]
-    std: dict[str, dict[str, float]]
-    ci: dict[str, dict[str, list[float]]]
-    seeds: dict[str, list[int]]
-    title: str
-    per_seed: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # method → column → [S]
-    acc: dict[str, np.ndarray] = field(default_factory=dict)  # method → per-class test accuracy [S, K]
-    rank_acc: np.ndarray = field(default_factory=lambda: np.zeros(0))  # reference acc that defined the groups
-    class_names: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"title": self.title, "reference": self.reference, "groups": self.groups.as_dict(),
-                "mean": self.mean, "std": self.std, "ci": self.ci, "seeds": self.seeds}
-
-    def best(self, col: str) -> set[str]:
-        """Methods holding the best displayed value of ``col`` (empty for CI columns or < 2 candidates)."""
-        cands = [m for m in self.methods if not (col in DELTA_COLUMNS and m == self.reference)]
-        return best_of({m: self.mean[m][col] for m in cands}, col) if col in self.mean[self.methods[0]] else set()
-
-
-def best_of(values: dict[str, float], col: str) -> set[str]:
-    """Keys whose value, rounded to the 2 displayed decimals, is the column's best (ties all returned)."""
-    shown = {m: float(f"{v:.2f}") for m, v in values.items() if np.isfinite(v)}
-    if len(shown) < 2 or col not in HIGHER_IS_BETTER | LOWER_IS_BETTER:
-        return set()
-    target = (min if col in LOWER_IS_BETTER else max)(shown.values())
-    return {m for m, v in shown.items() if v == target}
 
 
 def load_results(run_dir: str | Path) -> dict[str, Any]:
@@ -109,63 +74,13 @@ def load_predictions(run_dir: str | Path) -> dict[str, np.ndarray] | None:
         raise UserError(f"{path} is unreadable ({e}); train again or delete it to report without CIs") from None
 
 
-def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None = None,
-              group_on: str = "test") -> Summary:
-    """Groups from the reference, then every column per method (mean ± std over seeds) and CIs."""
-    by_method: dict[str, list[dict[str, Any]]] = {}
-    for run in results["runs"]:
-        by_method.setdefault(run["method"], []).append(run)
-    reference = results.get("reference") or next(iter(by_method))
-    if reference not in by_method:
-        raise UserError(f"reference method {reference!r} is not among the runs ({', '.join(by_method)})")
-    key = "per_class_acc" if group_on == "test" else "val_per_class_acc"
-    ref_runs = sorted(by_method[reference], key=lambda r: r["seed"])
-    if any(key not in r for r in ref_runs):
-        raise UserError(f"the reference runs have no {key}; use --groups-on test")
-    rank_acc = np.mean([r[key] for r in ref_runs], axis=0)
-    groups = class_groups(rank_acc)
-    counts = np.asarray(results["test_class_counts"], dtype=float)
-    ref_rows = {r["seed"]: disparity_row(np.asarray(r["per_class_acc"]), groups, counts) for r in ref_runs}
-    mean, std, ci, seeds, per_seed, accs = {}, {}, {}, {}, {}, {}
-    y = predictions.get("test_labels") if predictions else None
-    k = len(results["class_names"])
-    boot = Bootstrap(y, groups.hard, k) if y is not None else None
-    ref_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
-
-    def ref_stats(seed: int) -> tuple[np.ndarray, np.ndarray] | None:
-        if seed not in ref_cache:
-            pred = predictions.get(f"{reference}/{seed}")
-            ref_cache[seed] = boot.stats(pred) if pred is not None else None
-        return ref_cache[seed]
-
-    for method, runs in by_method.items():
-        runs = sorted(runs, key=lambda r: r["seed"])
-        accs[method] = np.array([r["per_class_acc"] for r in runs], dtype=float)
-        rows = [disparity_row(a, groups, counts) for a in accs[method]]
-        cols = {c: np.array([row[c] for row in rows]) for c in COLUMNS}
-        for d, c in zip(DELTA_COLUMNS, ("Hard", "Easy", "All")):
-            cols[d] = np.array([row[c] - ref_rows[r["seed"]][c] if r["seed"] in ref_rows else np.nan
-                                for row, r in zip(rows, runs)])
-        mean[method] = {c: float(np.nanmean(v)) for c, v in cols.items()}
-        std[method] = {c: float(np.nanstd(v)) for c, v in cols.items()}
-        seeds[method] = [r["seed"] for r in runs]
-        per_seed[method] = cols
-        if boot is not None and all(f"{method}/{r['seed']}" in predictions for r in runs):
-            per_seed_ci = [boot.cis(predictions[f"{method}/{r['seed']}"], ref_stats(r["seed"])) for r in runs]
-            ci[method] = {name: np.mean([p[name] for p in per_seed_ci], axis=0).tolist()
-                          for name in per_seed_ci[0]}
-    prov = results.get("provenance", {})
-    title = f"{prov.get('encoder', '?')} on {prov.get('dataset', '?')}, {results.get('head', '?')} head, " \
-            f"adapter {results.get('adapter', 'none')}"
-    return Summary(list(by_method), reference, groups, mean, std, ci, seeds, title, per_seed, accs, rank_acc,
-                   list(results["class_names"]))
-
-
 # ---- tables ------------------------------------------------------------------------------------------------
 
 def _fmt(m: float, sd: float, signed: bool) -> str:
-    m = 0.0 if abs(m) < 0.005 else m  # no "-0.00"
-    return f"{'+' if signed and m > 0 else ''}{m:.2f} ± {sd:.2f}"
+    """"m ± sd" with 2 decimals; no "-0.00"; no "± nan" (one seed)."""
+    m = 0.0 if abs(m) < 0.005 else m
+    text = f"{'+' if signed and m > 0 else ''}{m:.2f}"
+    return text if not np.isfinite(sd) else f"{text} ± {sd:.2f}"
 
 
 def _num(v: float) -> str:
@@ -189,7 +104,7 @@ def table_columns(s: Summary) -> list[str]:
 def to_markdown(s: Summary) -> str:
     cols = table_columns(s)
     best = {c: s.best(c) for c in cols}
-    lines = [f"**{s.title}** — mean ± std over seeds (%), groups from {s.reference}, best per column in bold",
+    lines = [f"**{s.title}** — {s.header()}; best per column in bold",
              "", "| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for m in s.methods:
         cells = [f"**{_cell(s, m, c)}**" if m in best[c] else _cell(s, m, c) for c in cols]
@@ -202,13 +117,13 @@ def to_csv(s: Summary) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     cols = COLUMNS + DELTA_COLUMNS
-    ci_names = ["All", "Hard", "ΔAll", "ΔHard"] if s.ci else []
-    w.writerow(["method"] + cols + [f"{c}_std" for c in cols] + ["seeds"]
+    ci_names = [c.removesuffix(" 95% CI") for c in CI_COLUMNS] if s.ci else []
+    w.writerow(["method"] + cols + [f"{c}_sd" for c in cols] + ["seeds", "groups_on"]
                + [f"{c}_ci_{b}" for c in ci_names for b in ("lo", "hi")])
     for m in s.methods:
         cis = [_num(v) for c in ci_names for v in s.ci.get(m, {}).get(c, [float("nan")] * 2)]
         w.writerow([m] + [_num(s.mean[m][c]) for c in cols] + [_num(s.std[m][c]) for c in cols]
-                   + [len(s.seeds[m])] + cis)
+                   + [len(s.seeds[m]), s.group_on] + cis)
     return buf.getvalue()
 
 
@@ -235,8 +150,7 @@ def to_latex(s: Summary) -> str:
     label = re.sub(r"[^A-Za-z0-9]+", "-", s.title).strip("-").lower()
     lines = [r"% mr2probe report table; needs \usepackage{booktabs} and \usepackage{graphicx}",
              r"\begin{table}[t]", r"\centering",
-             rf"\caption{{{latex_escape(s.title)}: mean $\pm$ std over seeds (\%), groups from "
-             rf"{latex_escape(s.reference)}; best per column in bold.}}",
+             rf"\caption{{{latex_escape(s.title)}: {latex_escape(s.header())}; best per column in bold.}}",
              rf"\label{{tab:{label}}}", r"\resizebox{\linewidth}{!}{%",
              r"\begin{tabular}{l" + "r" * len(cols) + "}", r"\toprule",
              "method & " + " & ".join(latex_escape(c) for c in cols) + r" \\", r"\midrule"]
@@ -270,16 +184,20 @@ class RunReport:
 
 
 
-def report_run(run_dir: str | Path, group_on: str = "test", plots: bool = False, html_file: bool = False
-               ) -> RunReport:
+def report_run(run_dir: str | Path, group_on: str = "val", plots: bool = False, html_file: bool = False,
+               null: bool = True) -> RunReport:
     """Write table.md/.csv/.tex and summary.json (and, if asked, the PNG plots and report.html) into ``run_dir``."""
-    if group_on not in ("test", "val"):
-        raise UserError(f"--groups-on must be test or val, got {group_on!r}")
     run_dir = Path(run_dir)
     results = load_results(run_dir)
-    s = summarize(results, load_predictions(run_dir), group_on)
+    s = summarize(results, load_predictions(run_dir), group_on, null)
     hard = [s.class_names[i] for i in s.groups.hard]
-    md = to_markdown(s) + f"\nHard classes ({s.reference}): {', '.join(hard)}\n"
+    md = to_markdown(s) + f"\nHard classes ({s.reference}, ranked on {group_on}"
+    md += f", first half): {', '.join(hard)}; second half: " \
+          f"{', '.join(s.class_names[i] for i in s.folds[1].groups.hard)}\n" if group_on == "crossfit" else \
+        f"): {', '.join(hard)}\n"
+    if not s.null and null:
+        md += ("\nNo null control in this run (trained without one, or with --no-null): Δ columns have no "
+               "'no effect' row to compare with.\n")
     atomic_text(run_dir / "table.md", md)
     atomic_text(run_dir / "table.csv", to_csv(s))
     atomic_text(run_dir / "table.tex", to_latex(s))
@@ -295,9 +213,10 @@ def report_run(run_dir: str | Path, group_on: str = "test", plots: bool = False,
     return rep
 
 
-def write_report(run_dir: str | Path, group_on: str = "test", plots: bool = False, html_file: bool = False) -> str:
+def write_report(run_dir: str | Path, group_on: str = "val", plots: bool = False, html_file: bool = False,
+                 null: bool = True) -> str:
     """Rebuild the tables (and optionally plots / report.html) in ``run_dir``; return the markdown."""
-    return report_run(run_dir, group_on, plots, html_file).markdown
+    return report_run(run_dir, group_on, plots, html_file, null).markdown
 
 
 # ---- across runs -------------------------------------------------------------------------------------------
@@ -327,7 +246,7 @@ def combine(reports: Sequence[tuple[str, Summary]]) -> list[dict[str, Any]]:
         rows.append({"scope": "mean", "run": f"mean over {len(mine)} run{'s' * (len(mine) > 1)}", "setting": "",
                      "reference": ",".join(dict.fromkeys(r["reference"] for r in mine)), "method": m, "n": len(mine),
                      **dict(zip(DELTA_COLUMNS, np.nanmean(vals, 0).tolist())),
-                     **{f"{c}_std": v for c, v in zip(DELTA_COLUMNS, np.nanstd(vals, 0).tolist())}})
+                     **{f"{c}_std": sample_sd(vals[:, i]) for i, c in enumerate(DELTA_COLUMNS)}})
     return rows
 
 
@@ -336,14 +255,16 @@ def _combined_bold(rows: list[dict[str, Any]]) -> list[set[str]]:
     best = {}
     for block in dict.fromkeys(r["run"] for r in rows):
         mine = [r for r in rows if r["run"] == block]
-        best[block] = {c: best_of({r["method"]: r[c] for r in mine}, c) for c in DELTA_COLUMNS}
+        best[block] = {c: best_of({r["method"]: r[c] for r in mine if not r["method"].endswith(" (null)")}, c)
+                       for c in DELTA_COLUMNS}
     return [{c for c in DELTA_COLUMNS if r["method"] in best[r["run"]][c]} for r in rows]
 
 
 def combined_markdown(rows: list[dict[str, Any]], settings: dict[str, str]) -> str:
     """The Δ summary as markdown; best per column in bold within each run and within the averages."""
-    lines = ["**Δ to the reference across runs** — per run: mean ± std over seeds; averages: mean ± std over runs "
-             "(points of %); best per column in bold within each block", ""]
+    lines = ["**Δ to the reference across runs** — per run: mean ± sample SD over seeds; averages: mean ± sample SD "
+             "over runs (points of %); best per column in bold within each block; `(null)` rows: the reference "
+             "trained again on disjoint seeds (what no effect looks like)", ""]
     lines += [f"- `{run}`: {title}" for run, title in settings.items()]
     lines += ["", "| run | method | reference | " + " | ".join(DELTA_COLUMNS) + " |",
               "|---" * (3 + len(DELTA_COLUMNS)) + "|"]
@@ -392,14 +313,14 @@ def to_html(reports: Sequence[RunReport], combined_rows: list[dict[str, Any]] | 
         body = "".join("<tr>" + "".join(td(str(r[c])) for c in ("run", "method", "reference"))
                        + "".join(td(_fmt(r[c], r[f"{c}_std"], True), c in bold) for c in DELTA_COLUMNS) + "</tr>"
                        for r, bold in zip(combined_rows, _combined_bold(combined_rows)))
-        parts.append("<h2>Δ to the reference across runs</h2><p>Per run: mean ± std over seeds; averages: mean ± "
-                     "std over runs (points of %); best per column in bold within each block.</p>"
+        parts.append("<h2>Δ to the reference across runs</h2><p>Per run: mean ± sample SD over seeds; averages: mean "
+                     "± sample SD over runs (points of %); best per column in bold within each block.</p>"
                      f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     for rep in reports:
         s = rep.summary
         parts.append(f"<h2>{html.escape(s.title)}</h2><p>Run folder <code>{html.escape(str(rep.run_dir))}</code>; "
-                     f"mean ± std over seeds (%), groups from <b>{html.escape(s.reference)}</b>, best per column in "
-                     f"bold.</p>{to_html_table(s)}<p>Hard classes: {html.escape(', '.join(rep.hard_classes))}</p>")
+                     f"{html.escape(s.header())}; best per column in bold.</p>{to_html_table(s)}"
+                     f"<p>Hard classes: {html.escape(', '.join(rep.hard_classes))}</p>")
         parts += [f"<p class='note'>{html.escape(n)}</p>" for n in rep.notes]
         for p in rep.plots:
             b64 = base64.b64encode(p.read_bytes()).decode("ascii")
@@ -408,15 +329,15 @@ def to_html(reports: Sequence[RunReport], combined_rows: list[dict[str, Any]] | 
     return "".join(parts)
 
 
-def run_report(run_dirs: Sequence[str | Path], group_on: str = "test", summary: str | Path | None = None,
-               html_file: bool = False, plots: bool = True) -> str:
+def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: str | Path | None = None,
+               html_file: bool = False, plots: bool = True, null: bool = True) -> str:
     """The ``mr2probe report`` command: per-run files, then (several runs or ``summary`` given) the Δ summary.
     Returns the text to print. With ``html_file``: one run → RUN_DIR/report.html; several → report.html beside
     the summary files, holding the summary and every run."""
     dirs = [Path(d) for d in run_dirs]
     for d in dirs:  # fail before writing anything
         load_results(d)
-    reports = [report_run(d, group_on, plots, html_file and len(dirs) == 1) for d in dirs]
+    reports = [report_run(d, group_on, plots, html_file and len(dirs) == 1, null) for d in dirs]
     out = []
     for rep in reports:
         out += [rep.markdown.rstrip("\n")] + rep.notes

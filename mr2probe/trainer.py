@@ -31,12 +31,20 @@ EVAL_CHUNK = 8192
 
 @dataclass
 class TrainConfig:
-    """Training settings shared by all runs. Grid: lr × weight decay, plus each method's own ``grid``."""
+    """Training settings shared by all runs. Grid: lr × weight decay (× cosine scale for cosine heads), plus each
+    method's own ``grid``.
+
+    Budget: ``budget_steps`` = max(epochs · ⌈N / batch_size⌉, min_steps) optimiser steps, rounded up to whole
+    epochs (:func:`budget`), the same for every head of a stack — so a small or few-shot training set still
+    gets at least ``min_steps`` steps instead of a handful."""
 
     epochs: int = 30
     batch_size: int = 512
     lrs: tuple[float, ...] = (1e-3, 1e-2)
     weight_decays: tuple[float, ...] = (1e-4, 1e-1)
+    min_steps: int = 1000  # floor of the budget in optimiser steps
+    l2s: tuple[float, ...] = (0.0,)  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights (see train_stack)
+    scales: tuple[float, ...] = (8.0, 16.0, 32.0, 64.0)  # cosine-head scale grid, selected on val
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # fixed overrides per method
     use_method_grids: bool = True
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -53,6 +61,25 @@ class TrainConfig:
             raise UserError(f"--lr values must be finite and > 0, got {list(self.lrs)}")
         if not self.weight_decays or any(not 0 <= wd < float("inf") for wd in self.weight_decays):
             raise UserError(f"--wd values must be finite and ≥ 0, got {list(self.weight_decays)}")
+        if self.min_steps < 0:
+            raise UserError(f"--min-steps must be ≥ 0, got {self.min_steps}")
+        if not self.l2s or any(not 0 <= v < float("inf") for v in self.l2s):
+            raise UserError(f"--l2 values must be finite and ≥ 0, got {list(self.l2s)}")
+        if any(self.l2s) and self.probe.head != "linear":
+            raise UserError("--l2 penalises linear-head weights; a cosine head normalises them (use --wd)")
+        if not self.scales or any(not 0 < s < float("inf") for s in self.scales):
+            raise UserError(f"--scale values must be finite and > 0, got {list(self.scales)}")
+
+
+def budget(n: int, cfg: TrainConfig, epochs: int | None = None) -> tuple[int, int]:
+    """(epochs, steps per epoch) for ``n`` training rows: epochs = max(cfg.epochs, ⌈min_steps / ⌈n / B⌉⌉), so the
+    budget is at least ``min_steps`` optimiser steps (whole epochs: per-epoch method updates keep their meaning).
+    An auxiliary stage given its own ``epochs`` (JTT's first stage, sized by the method from ``ctx.epochs``, which
+    is already the floored count) trains exactly that many."""
+    per_epoch = -(-n // cfg.batch_size)
+    if epochs is not None:
+        return epochs, per_epoch
+    return max(cfg.epochs, -(-cfg.min_steps // per_epoch)), per_epoch
 
 
 @dataclass(frozen=True)
@@ -88,8 +115,14 @@ def method_hparams(method: str, cfg: TrainConfig) -> list[dict[str, Any]]:
         raise UserError(f"method {method!r} has no hyperparameter {', '.join(sorted(unknown))}; it has: "
                         f"{', '.join(sorted(cls.defaults)) or 'none'}")
     grid = {"lr": list(cfg.lrs), "weight_decay": list(cfg.weight_decays)}
+    if cfg.probe.head == "cosine":
+        grid["scale"] = list(cfg.scales)
+    if tuple(cfg.l2s) != (0.0,):
+        grid["l2"] = list(cfg.l2s)
     if cfg.use_method_grids:
         grid.update({k: v for k, v in cls.grid.items() if k not in fixed})
+        if cfg.probe.adapter != "none":  # grids that matter only with a trainable adapter (MR2's λ)
+            grid.update({k: v for k, v in cls.adapter_grid.items() if k not in fixed})
     keys = list(grid)
     points = [{**cls.defaults, **fixed, **dict(zip(keys, values))} for values in itertools.product(*grid.values())]
     for hp in points:
@@ -164,12 +197,12 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     if len(seeds) != 1:
         raise ValueError("a stack trains runs of one seed")
     seed = seeds.pop()
-    epochs = epochs or cfg.epochs
-    specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
-    probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs]).to(
-        device=data.x.device, dtype=data.x.dtype)
     n = len(data.y)
-    steps_per_epoch = -(-n // cfg.batch_size)
+    epochs, steps_per_epoch = budget(n, cfg, epochs)
+    specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
+    probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
+                       [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
+        device=data.x.device, dtype=data.x.dtype)
 
     shared: dict[Any, Any] = {}
 
@@ -186,6 +219,15 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
             with torch.no_grad():
                 return torch.cat([probe(x[i:i + c])[1][sl] for i in range(0, len(x), c)], 1)
 
+        def represent_input_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            c = chunk_rows(data.x)
+            with torch.no_grad():
+                for i in range(0, n, c):
+                    yield probe.adapter_output(data.x[i:i + c], sl), data.y[i:i + c]
+
+        def represent_input(idx: torch.Tensor) -> torch.Tensor:
+            return probe.adapter_output(data.x[idx], sl)
+
         def train_aux(method: str, hparams: list[dict[str, Any]], aux_epochs: int) -> torch.Tensor:
             aux = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
             trained = train_stack(data, aux, cfg, log, epochs=aux_epochs, description=f"{description} (stage 1)")
@@ -194,7 +236,8 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
         return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
                           probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
                           represent_train=represent_train, predict=predict, train_aux=train_aux, log=log,
-                          shared=shared)
+                          shared=shared, represent_input_train=represent_input_train,
+                          represent_input=represent_input)
 
     methods: list[tuple[Method, slice]] = []
     for name, sl in _slices(specs):
@@ -208,6 +251,8 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
         m.prepare()
 
     lr = torch.tensor([s.params["lr"] for s in specs], dtype=data.x.dtype, device=data.x.device)
+    l2 = torch.tensor([s.params.get("l2", 0.0) for s in specs], dtype=data.x.dtype, device=data.x.device)
+    l2 = l2 if bool(l2.any()) else None
     wd = torch.tensor([s.params["weight_decay"] for s in specs], dtype=data.x.dtype, device=data.x.device)
     groups = [(list(probe.parameters()), lr, wd)]
     groups += [(m.extra_parameters(), lr[sl], wd[sl]) for m, sl in methods]
@@ -233,6 +278,8 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
                 parts = logits.split(sizes)
                 reps = rep.split(sizes) if rep.shape[0] > 1 else [rep] * len(methods)
                 loss = sum(m.loss(Batch(lg, r, yb, idx)).sum() for (m, _), lg, r in zip(methods, parts, reps))
+                if l2 is not None:  # ½·l2_h·‖W_h‖² per head: the objective of L2 logistic regression, mean-CE form
+                    loss = loss + 0.5 * (l2 * probe.head_W.pow(2).sum((1, 2))).sum()
                 if not torch.isfinite(loss):
                     raise UserError(f"training diverged (loss {loss.item()}) at epoch {epoch}; lower --lr")
                 opt.zero_grad()

@@ -18,13 +18,14 @@ def test_train_report_info_on_bundled_file(tmp_path: Path) -> None:
     header = next(line for line in r.stdout.splitlines() if line.startswith("| method"))
     assert [c.strip() for c in header.strip("|").split("|")][:13] == ["method"] + COLUMNS + DELTA_COLUMNS
     res = json.loads((out / "results.json").read_text())
-    assert {(x["method"], x["seed"]) for x in res["runs"]} == {("ce", 0), ("ce", 1), ("mr2", 0), ("mr2", 1)}
+    assert {(x["method"], x["seed"]) for x in res["runs"]} == {("ce", 0), ("ce", 1), ("mr2", 0), ("mr2", 1),
+                                                            ("ce (null)", 2), ("ce (null)", 3)}
     mr2 = [x for x in res["runs"] if x["method"] == "mr2"]
     assert all(len(x["margins"]) == 10 for x in mr2)
     assert res["provenance"]["encoder"] == "efficientnet-lite0" and res["provenance"]["splits"]["test"] == 2000
     assert all(0.5 < x["test_acc"] <= 1 for x in res["runs"])  # real features: far above chance (0.1)
     rows = list(csv.DictReader((out / "table.csv").open()))
-    assert [row["method"] for row in rows] == ["ce", "mr2"]
+    assert [row["method"] for row in rows] == ["ce", "mr2", "ce (null)"]
     assert list(rows[0])[: 1 + len(COLUMNS + DELTA_COLUMNS)] == ["method"] + COLUMNS + DELTA_COLUMNS
     table_before = (out / "table.md").read_text()
     (out / "table.md").unlink()

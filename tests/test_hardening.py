@@ -134,7 +134,8 @@ def test_sigkill_then_resume_keeps_finished_seed_and_matches_uninterrupted_run(f
     resumed, resumed_preds = load_run(out)
     ref, ref_preds = load_run(reference)
     assert without_wall_times(resumed["runs"]) == without_wall_times(ref["runs"])
-    assert [(x["method"], x["seed"]) for x in resumed["runs"]] == [(m, s) for m in ("ce", "mr2") for s in range(3)]
+    assert [(x["method"], x["seed"]) for x in resumed["runs"]] == [(m, s) for m in ("ce", "mr2") for s in range(3)] \
+        + [("ce (null)", s) for s in range(3, 6)]
     assert_same_predictions(resumed_preds, ref_preds)
     for key in ("config", "class_names", "test_class_counts", "reference"):
         assert resumed[key] == ref[key], key

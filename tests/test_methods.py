@@ -164,29 +164,33 @@ def test_eql_drops_negative_terms_of_rare_classes() -> None:
     approx(m.loss(batch()), [sum(per) / 2])
 
 
-def val_logits_with_acc() -> tuple[list[int], torch.Tensor]:
-    """Val labels (0,0,1,1,2,2) and one head's logits that are right on 2/2, 1/2, 0/2 of them."""
-    val_y = [0, 0, 1, 1, 2, 2]
+def logits_with_acc() -> tuple[list[int], torch.Tensor]:
+    """Labels (0,0,1,1,2,2) and one head's logits that are right on 2/2, 1/2, 0/2 of them."""
+    y = [0, 0, 1, 1, 2, 2]
     pred = [0, 0, 1, 0, 0, 1]
-    return val_y, torch.nn.functional.one_hot(torch.tensor(pred), 3).to(torch.float64)[None]
+    return y, torch.nn.functional.one_hot(torch.tensor(pred), 3).to(torch.float64)[None]
 
 
-def test_cdb_weights_from_val_accuracy() -> None:
-    val_y, logits = val_logits_with_acc()
+def test_cdb_weights_from_class_accuracy() -> None:
+    """Measured on the training rows (``acc_on=train``; the default held-out part is in test_baselines_paper)."""
+    y, logits = logits_with_acc()
     state = {"logits": logits}
-    ctx = make_ctx(Y_TRAIN_BAL, val_y=val_y, predict=lambda x: state["logits"].expand(2, -1, -1))
-    m = build("cdb", ctx, {"tau": 1.0}, {"tau": 2.0})
+    ctx = make_ctx(y, predict=lambda x: state["logits"].expand(2, -1, -1))
+    m = build("cdb", ctx, {"tau": 1.0, "dynamic_tau": False, "acc_on": "train"},
+              {"tau": 2.0, "dynamic_tau": False, "acc_on": "train"})
     m.on_epoch_start(0)
+    approx(m.weights[0], [1.0, 1.0, 1.0])  # the paper's first epoch: uniform difficulty
+    m.on_epoch_start(1)
     # acc = (1, 0.5, 0) → d = (0.01 floor, 0.5, 1); w = d^τ / mean(d^τ)
     for i, tau in enumerate((1.0, 2.0)):
         d = [0.01 ** tau, 0.5 ** tau, 1.0]
         approx(m.weights[i], [x * 3 / sum(d) for d in [d] for x in d])
     w = m.weights[0].tolist()
-    assert w[2] > w[1] > w[0]  # lower val accuracy → larger weight
+    assert w[2] > w[1] > w[0]  # lower accuracy → larger weight
     approx(m.loss(batch(h=2))[:1], [sum(w[y] * ce(v, y) for v, y in zip(LOGITS, Y)) / 2])
     # Recomputed at every epoch from the current predictions: now all right → equal weights.
-    state["logits"] = torch.nn.functional.one_hot(torch.tensor(val_y), 3).to(torch.float64)[None]
-    m.on_epoch_start(1)
+    state["logits"] = torch.nn.functional.one_hot(torch.tensor(y), 3).to(torch.float64)[None]
+    m.on_epoch_start(2)
     approx(m.weights[0], [1.0, 1.0, 1.0])
 
 
@@ -239,7 +243,9 @@ def test_jtt_weights_the_stage1_error_set() -> None:
     assert m.info()[1]["jtt_error_set_size"] == 2
     logits = [LOGITS[0], LOGITS[1], LOGITS[0]]
     got = m.loss(batch(logits, [0, 1, 0], h=2, idx=[0, 1, 3]))
-    ref = [(ce(LOGITS[0], 0) + up * ce(LOGITS[1], 1) + up * ce(LOGITS[0], 0)) / 3 for up in (5.0, 20.0)]
+    # divided by the mean weight over the training set, w̄ = (2 + 2 λ_up) / 4: the upsampled set's mean
+    ref = [(ce(LOGITS[0], 0) + up * ce(LOGITS[1], 1) + up * ce(LOGITS[0], 0)) / 3 / ((2 + 2 * up) / 4)
+           for up in (5.0, 20.0)]
     approx(got, ref)
 
 
@@ -256,7 +262,7 @@ def test_lff_by_hand() -> None:
     ref = sum(b / (b + d) * d for b, d in zip(ce_b, ce_d)) / 2 + sum((1 - math.exp(-0.7 * b)) / 0.7 for b in ce_b) / 2
     loss = m.loss(batch(rep=rep))
     approx(loss, [ref])
-    approx(m.ema_b[0, :2], [0.3 * b for b in ce_b])  # EMA (a = 0.7) from 0
+    approx(m.ema_b[0, :2], ce_b)  # EMA (a = 0.7): a sample's first visit sets it to the loss
     loss.sum().backward()
     assert rep.grad is None  # the biased head reads the representation detached
     assert m.biased["W"].grad is not None
@@ -355,7 +361,7 @@ def synthetic(n: tuple[int, ...] = (30, 15, 6), d: int = 12, seed: int = 0) -> T
 
 
 def quick_cfg(**probe: Any) -> TrainConfig:
-    return TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(1e-4,), probe=ProbeConfig(**probe),
+    return TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(1e-4,), min_steps=0, probe=ProbeConfig(**probe),
                        device="cpu", progress=False)
 
 
@@ -391,7 +397,8 @@ def test_jtt_really_trains_twice(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(jtt_cls, "prepare", spy)
     data = synthetic((30, 15, 6), d=4, seed=3)  # overlapping classes: stage 1 makes mistakes
-    cfg = TrainConfig(epochs=3, batch_size=16, lrs=(1e-3,), weight_decays=(1e-4,), device="cpu", progress=False)
+    cfg = TrainConfig(epochs=3, batch_size=16, lrs=(1e-3,), weight_decays=(1e-4,), min_steps=0, device="cpu",
+                      progress=False)
     specs = [RunSpec("jtt", tuple(sorted(hp.items())), 5) for hp in method_hparams("jtt", cfg)]
     trained = train_stack(data, specs, cfg)
     (m,) = seen

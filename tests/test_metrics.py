@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mr2probe.metrics import Bootstrap, class_groups, disparity_row, per_class_accuracy
+from mr2probe.metrics import Bootstrap, Fold, Groups, class_groups, disparity_row, per_class_accuracy
 
 
 def test_groups_and_columns_k7() -> None:
@@ -46,8 +46,9 @@ def test_bootstrap_contains_estimate_and_paired_zero() -> None:
     rng = np.random.default_rng(0)
     y = rng.integers(0, 5, 2000)
     pred = np.where(rng.random(2000) < 0.7, y, (y + 1) % 5)
-    boot = Bootstrap(y, np.array([0, 1]), 5, draws=300)
-    out = boot.cis(pred, boot.stats(pred))
+    groups = Groups(np.array([0, 1]), np.array([2]), np.array([3, 4]))
+    boot = Bootstrap(y, [Fold(np.arange(len(y)), groups)], 5, draws=300)
+    out = boot.cis(boot.stats(pred), boot.stats(pred))
     acc = (pred == y).mean() * 100
     assert out["All"][0] < acc < out["All"][1]
     assert out["ΔAll"] == [0.0, 0.0] and out["ΔHard"] == [0.0, 0.0]

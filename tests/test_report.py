@@ -57,7 +57,7 @@ def test_values_and_best_marks(tmp_path: Path) -> None:
     s = summarize(load_results(write_results(tmp_path / "run")))
     assert s.groups.hard.tolist() == [1, 4] and s.groups.easy.tolist() == [0, 5]
     assert s.mean["mr2"]["Hard"] == pytest.approx(47.5)  # seeds: (.4+.5)/2 = 45, (.5+.5)/2 = 50
-    assert s.std["mr2"]["Hard"] == pytest.approx(2.5)
+    assert s.std["mr2"]["Hard"] == pytest.approx(np.std([45.0, 50.0], ddof=1))  # sample SD: 3.54, not 2.5
     assert s.mean["ce"]["Hard"] == pytest.approx(32.5)
     assert s.mean["mr2"]["ΔHard"] == pytest.approx(15.0) and s.std["mr2"]["ΔHard"] == pytest.approx(0.0)
     assert s.mean["mr2_uniform"]["Easy"] == pytest.approx(97.5)
@@ -70,7 +70,7 @@ def test_values_and_best_marks(tmp_path: Path) -> None:
     assert ("mr2", "Gap") in bold and ("mr2", "Worst") in bold and ("mr2", "ΔHard") in bold
     assert ("mr2_uniform", "ΔEasy") in bold and ("mr2", "ΔEasy") not in bold
     assert (min(std, key=std.get), "Std") in bold and sum(c == "Std" for _, c in bold) == 1
-    assert cells["ce"]["ΔHard"] == "—" and cells["mr2"]["Hard"] == "**47.50 ± 2.50**"
+    assert cells["ce"]["ΔHard"] == "—" and cells["mr2"]["Hard"] == "**47.50 ± 3.54**"
 
 
 def test_latex_structure(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_latex_structure(tmp_path: Path) -> None:
     assert all(len(r.split(" & ")) == 1 + len(COLUMNS + DELTA_COLUMNS) and r.endswith(r"\\") for r in rows)
     assert r"$\Delta$Hard" in lines[top + 1] and r"$\pm$" in tex and "±" not in tex and "Δ" not in tex
     mr2 = dict(zip(["method"] + COLUMNS + DELTA_COLUMNS, rows[1].removesuffix(r" \\").split(" & ")))
-    assert mr2["Hard"] == r"\textbf{47.50 $\pm$ 2.50}" and mr2["ΔEasy"].startswith("$-$")
+    assert mr2["Hard"] == r"\textbf{47.50 $\pm$ 3.54}" and mr2["ΔEasy"].startswith("$-$")
 
 
 def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
         assert {"table.md", "table.csv", "table.tex", "summary.json"} <= {p.name for p in d.iterdir()}
         header = next(csv.reader((d / "table.csv").open()))
         cols = COLUMNS + DELTA_COLUMNS
-        assert header == ["method"] + cols + [f"{c}_std" for c in cols] + ["seeds"]
+        assert header == ["method"] + cols + [f"{c}_sd" for c in cols] + ["seeds", "groups_on"]
         for name in ("per_class.png", "groups.png", "variability.png", "tradeoff.png"):
             png = d / name
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -122,7 +122,7 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["report", str(a), "--html"])
     assert r.exit_code == 0, r.output
     single = (a / "report.html").read_text()
-    assert single.count("data:image/png;base64,") == 4 and "47.50 ± 2.50" in single
+    assert single.count("data:image/png;base64,") == 4 and "47.50 ± 3.54" in single
 
 
 def test_variability_skipped_without_mr2_and_no_plots(tmp_path: Path) -> None:

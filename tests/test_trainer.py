@@ -22,14 +22,16 @@ def _data() -> TrainData:
 
 
 def _cfg(adapter: str = "none", head: str = "linear") -> TrainConfig:
-    return TrainConfig(epochs=3, batch_size=16, lrs=(1e-2, 3e-2), weight_decays=(0.0, 0.1),
-                       probe=ProbeConfig(head=head, adapter=adapter, width=4), progress=False)
+    return TrainConfig(epochs=3, batch_size=16, lrs=(1e-2, 3e-2), weight_decays=(0.0, 0.1), min_steps=0,
+                       scales=(16.0, 32.0), probe=ProbeConfig(head=head, adapter=adapter, width=4), progress=False)
 
 
 def _check_stack_equals_solo(adapter: str, head: str) -> None:
     data, cfg = _data(), _cfg(adapter, head)
     specs = expand_runs(["ce", "mr2"], [7], cfg)
-    assert len(specs) == 4 + 8  # lr × wd for ce; lr × wd × c̄ for mr2
+    scales = 2 if head == "cosine" else 1  # the cosine scale is a grid axis
+    lams = 4 if adapter != "none" else 1  # MR2's λ is searched only with a trainable adapter
+    assert len(specs) == scales * (4 + 8 * lams)  # lr × wd for ce; lr × wd × c̄ (× λ) for mr2
     stack = train_stack(data, specs, cfg)
     for i, spec in enumerate(stack.specs):
         alone = train_stack(data, [spec], cfg)
@@ -63,7 +65,7 @@ def test_holdout_val_is_stratified_and_disjoint() -> None:
 
 def test_hand_written_file_trains_deterministically(tmp_path: Path) -> None:
     f = write_by_hand(tmp_path / "hand.h5", k=5, n_train=200, n_test=100)
-    tcfg = TrainConfig(epochs=4, batch_size=32, progress=False)
+    tcfg = TrainConfig(epochs=4, batch_size=32, min_steps=0, progress=False)
     outs = []
     for name in ("a", "b"):
         cfg = ExperimentConfig(features=f, out=tmp_path / name, methods=["ce", "mr2"], seeds=[0, 1], train=tcfg)
@@ -71,7 +73,8 @@ def test_hand_written_file_trains_deterministically(tmp_path: Path) -> None:
         outs.append(json.loads((tmp_path / name / "results.json").read_text())["runs"])
     assert [r["per_class_acc"] for r in outs[0]] == [r["per_class_acc"] for r in outs[1]]
     assert [r["hparams"] for r in outs[0]] == [r["hparams"] for r in outs[1]]
-    assert {(r["method"], r["seed"]) for r in res["runs"]} == {("ce", 0), ("ce", 1), ("mr2", 0), ("mr2", 1)}
+    assert {(r["method"], r["seed"]) for r in res["runs"]} == {("ce", 0), ("ce", 1), ("mr2", 0), ("mr2", 1),
+                                                             ("ce (null)", 2), ("ce (null)", 3)}
     mr2 = [r for r in res["runs"] if r["method"] == "mr2"][0]
     assert len(mr2["margins"]) == 5 and abs(np.mean(mr2["margins"]) - mr2["hparams"]["c_bar"]) < 1e-4
     assert res["provenance"]["splits"]["val"] == 20 and res["provenance"]["features_sha256"]
@@ -131,7 +134,7 @@ def test_finished_seeds_are_keyed_by_feature_content(tmp_path: Path) -> None:
     assert file_sha256(first) != file_sha256(again)
     assert content_sha256(first) == content_sha256(again) != content_sha256(changed)
 
-    tcfg = TrainConfig(epochs=2, batch_size=16, progress=False)
+    tcfg = TrainConfig(epochs=2, batch_size=16, min_steps=0, progress=False)
     out = tmp_path / "run"
 
     def run(features: Path) -> tuple[dict, dict[str, int]]:

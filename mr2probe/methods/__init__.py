@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from .. import plugins
-from ._base import METHODS, Batch, FitContext, Method, per_head_ce
+from ._base import METHODS, Batch, FitContext, Method, per_head_ce, resolve_methods
 
 plugins.import_all(__import__(__name__, fromlist=["_"]))
 
-__all__ = ["METHODS", "Batch", "FitContext", "Method", "per_head_ce"]
+__all__ = ["METHODS", "Batch", "FitContext", "Method", "per_head_ce", "resolve_methods"]

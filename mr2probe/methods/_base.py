@@ -59,6 +59,12 @@ class FitContext:
     log: Callable[[str], None]
     shared: dict[Any, Any] = field(default_factory=dict)  # one per stack: results methods may share (e.g.
     # class statistics of frozen features, the same for every MR2-family slice)
+    # The representation before the head's own transform, g(x) (cosine head: before z/‖z‖; no adapter: the
+    # features x). None where the context was built without a probe (then only ``represent_train`` is there).
+    represent_input_train: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]] | None = None  # no-grad
+    # (g(x) [h|1, b, d], y) chunks over the training set
+    represent_input: Callable[[torch.Tensor], torch.Tensor] | None = None  # training positions [B] → g(x)
+    # [h|1, B, d] of this slice's heads, with grad (a second adapter pass on x[idx])
 
     @property
     def counts(self) -> torch.Tensor:
@@ -72,6 +78,7 @@ class Method:
     name: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list]] = {}
+    adapter_grid: ClassVar[dict[str, list]] = {}  # searched too when the adapter is trainable
     needs_adapter: ClassVar[bool] = False  # refuse to run without a trainable adapter
     detach_head_input: ClassVar[bool] = False  # the head's loss does not train the adapter (e.g. SupCon)
 
@@ -137,3 +144,13 @@ def per_head_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 METHODS: Registry[type[Method]] = Registry("method")
+
+
+def resolve_methods(methods: str | list[str], adapter: str) -> tuple[list[str], list[str]]:
+    """``"all"`` → (every registered method that can run with ``adapter``, those left out because they need
+    a trainable adapter); a comma-separated string or a list → (those names, [])."""
+    if isinstance(methods, str) and methods.strip() == "all":
+        names = [m for m in METHODS.names() if adapter != "none" or not METHODS.get(m).needs_adapter]
+        return names, sorted(set(METHODS.names()) - set(names))
+    items = methods.split(",") if isinstance(methods, str) else methods
+    return [m.strip() for m in items if m.strip()], []

@@ -5,34 +5,46 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ._base import METHODS, Batch, Method, per_head_ce
 from ._classwise import class_means
 
 
-@METHODS.register("group_dro", help="group DRO over classes: q_k ← q_k·exp(η ℓ_k), minimise Σ q_k ℓ_k "
-                  "(Sagawa et al., ICLR 2020)")
+@METHODS.register("group_dro", help="group DRO, classes as groups: q_k ← q_k·exp(η(ℓ_k + C/√n_k)), minimise "
+                  "Σ q_k ℓ_k (Sagawa et al., ICLR 2020); minibatch form of Alg. 1; strong ℓ2 = the wd grid")
 class GroupDRO(Method):
-    """Online group DRO (the paper's Algorithm 1) with the K classes as the groups. Every step, per head:
+    """Online group DRO (the paper's Algorithm 1, in the minibatch form of the authors' code) with the K classes
+    as the groups. Every step, per head:
          ℓ_k = mean CE over the batch samples of class k,
-         q_k ← q_k · exp(η · ℓ_k)  (classes absent from the batch keep their q_k), then q ← q / Σ_j q_j,
+         q_k ← q_k · exp(η · (ℓ_k + C/√n_k))  (classes absent from the batch keep their q_k), q ← q / Σ_j q_j,
          loss = Σ_k q_k ℓ_k   (q held fixed: no gradient through q; absent classes contribute 0).
-    q starts uniform (1/K) and is kept across steps and epochs. No group-size adjustment C/√n_k and no
-    extra regularisation of the paper's "generalisation" variant.
+    q starts uniform (1/K) and is kept across steps and epochs. C/√n_k is the paper's group adjustment
+    (n_k = training count of class k; C = ``adj``, default 0 = none; the paper tunes C on val). The
+    paper's Algorithm 1 samples one group per step; here every class in the batch updates q at once. Its
+    "strong ℓ2 penalty / early stopping" is the trainer's weight-decay grid and val selection, not part of
+    this loss.
 
-    Hyperparameters: ``eta`` η, the step size of q (default 0.01, the paper's)."""
+    Hyperparameters: ``eta`` η, the step size of q (default 0.01, the paper's), ``adj`` C (default 0)."""
 
-    defaults: dict[str, Any] = {"eta": 0.01}
+    defaults: dict[str, Any] = {"eta": 0.01, "adj": 0.0}
     grid: dict[str, list] = {}
+
+    @classmethod
+    def check(cls, hp: dict[str, Any]) -> None:
+        for key in ("eta", "adj"):
+            if not hp[key] >= 0:
+                raise UserError(f"{key} must be ≥ 0, got {hp[key]}")
 
     def prepare(self) -> None:
         k = self.ctx.num_classes
         self.q = torch.full((self.h, k), 1.0 / k, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
+        self.adjust = self.hp("adj")[:, None] / self.ctx.counts.clamp_min(1).sqrt()[None, :]  # [h, K]: C/√n_k
 
     def loss(self, batch: Batch) -> torch.Tensor:
         per_class, present = class_means(per_head_ce(batch.logits, batch.y), batch.y, self.ctx.num_classes)
-        with torch.no_grad():
-            q = self.q * torch.exp(self.hp("eta")[:, None] * per_class.detach() * present)
-            self.q = q / q.sum(1, keepdim=True)
+        with torch.no_grad():  # the multiplicative update in log space (no overflow for large η·ℓ)
+            step = self.hp("eta")[:, None] * (per_class.detach() + self.adjust) * present
+            self.q = torch.softmax(self.q.log() + step, 1)
         return (self.q * per_class).sum(1)
 
     def info(self) -> list[dict[str, Any]]:

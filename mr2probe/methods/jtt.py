@@ -5,23 +5,34 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ._base import METHODS, Batch, Method, per_head_ce
 
 
-@METHODS.register("jtt", help="just train twice: ERM for T epochs, then CE with its training errors upweighted "
-                  "by λ_up (Liu et al., ICML 2021)")
+@METHODS.register("jtt", help="just train twice: ERM for T (epochs//3) epochs, then a fresh head with its training "
+                  "errors ×λ_up (Liu et al., ICML 2021); loss weights, not upsampling; stage 1 shares the head's lr/wd")
 class JTT(Method):
     """Stage 1 (in ``prepare``): an ERM probe (method ``ce``, same lr and weight decay as the head, same seed,
     fresh initialisation) trained for T epochs; error set E = training samples it misclassifies.
-    Stage 2 (the head itself): ℓ = mean over the batch of w_i · CE(z_i, y_i),  w_i = λ_up if i ∈ E else 1
-    (batch averaged over its size B). Upweighting in the loss replaces the paper's upsampling of E
-    (the same objective in expectation) [choice].
+    Stage 2 (the head itself, trained from its own fresh initialisation):
+        ℓ = Σ_batch w_i · CE(z_i, y_i) / (B · w̄),   w_i = λ_up if i ∈ E else 1,   w̄ = mean of w over the train set,
+    so the expected batch loss is exactly the mean CE over the paper's upsampled training set (E repeated λ_up
+    times). Deviations [choice]: upweighting in the loss replaces upsampling (the same objective, but the
+    epoch length and step count stay those of the original set, and a batch holds E's samples once each);
+    stage 1 uses the head's lr and weight decay (the paper tunes both stages' separately).
 
     Hyperparameters: ``lam_up`` λ_up (default 5; grid 5, 20), ``stage1_epochs`` T (default 0, meaning
     max(1, epochs // 3) [choice]). Heads that share (lr, weight decay, T) share one stage-1 probe."""
 
     defaults: dict[str, Any] = {"lam_up": 5.0, "stage1_epochs": 0}
     grid: dict[str, list] = {"lam_up": [5.0, 20.0]}
+
+    @classmethod
+    def check(cls, hp: dict[str, Any]) -> None:
+        if not hp["lam_up"] >= 1:
+            raise UserError(f"lam_up must be ≥ 1, got {hp['lam_up']}")
+        if not hp["stage1_epochs"] >= 0:
+            raise UserError(f"stage1_epochs must be ≥ 0 (0 = epochs // 3), got {hp['stage1_epochs']}")
 
     def stage1_epochs(self) -> list[int]:
         return [int(hp["stage1_epochs"]) or max(1, self.ctx.epochs // 3) for hp in self.hparams]
@@ -39,10 +50,11 @@ class JTT(Method):
         self.error_set = wrong  # [h, N]: the samples stage 1 got wrong
         up = self.hp("lam_up")[:, None]
         self.weights = torch.where(wrong, up, torch.ones_like(up))  # [h, N]
+        self.mean_weight = self.weights.mean(1)  # w̄ [h]: 1 + (λ_up − 1)|E|/N
         self.epochs1 = epochs
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        return (self.weights[:, batch.idx] * per_head_ce(batch.logits, batch.y)).mean(1)
+        return (self.weights[:, batch.idx] * per_head_ce(batch.logits, batch.y)).mean(1) / self.mean_weight
 
     def info(self) -> list[dict[str, Any]]:
         n = len(self.ctx.y)

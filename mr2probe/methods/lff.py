@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ..heads import HEADS
 from ._base import METHODS, Batch, Method, per_head_ce
 
@@ -14,8 +15,8 @@ def generalized_ce(ce: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return -torch.expm1(-q[:, None] * ce) / q[:, None]  # p_y^q = exp(−q·CE)
 
 
-@METHODS.register("lff", help="learning from failure: a GCE-trained biased head reweights the main head's CE "
-                  "(Nam et al., NeurIPS 2020)")
+@METHODS.register("lff", help="learning from failure: a GCE (q=0.7) biased head reweights the main head's CE by "
+                  "ℓ̃_B/(ℓ̃_B+ℓ̃_D), EMA 0.7 (Nam et al., NeurIPS 2020); two heads, not two nets; no class-max norm")
 class LfF(Method):
     """Two heads per run: the main (debiased) head D of the probe and a biased head B owned by this method.
 
@@ -25,11 +26,15 @@ class LfF(Method):
         ℓ_B = (1 − p_B,y^q) / q,  q = 0.7.
     D is trained with relative-difficulty weights, per sample and detached:
         W(x) = ℓ̃_B(x) / (ℓ̃_B(x) + ℓ̃_D(x)),   ℓ_D = W(x) · CE(f_D(x), y),
-    where ℓ̃ are per-sample exponential moving averages of the two CE losses over the sample's visits,
-    ℓ̃ ← a·ℓ̃ + (1 − a)·CE with a = ``ema`` (default 0.7, the paper's choice; ``ema`` = 0 uses the current
-    losses). The EMA starts at 0, so at a first visit W is exactly the ratio of the current losses. The
-    class-wise max-normalisation of the EMA in the authors' code is not used [choice].
+    where ℓ̃ are per-sample exponential moving averages of the two CE losses over the sample's visits:
+    ℓ̃ ← CE at a sample's first visit, then ℓ̃ ← a·ℓ̃ + (1 − a)·CE, a = ``ema`` (default 0.7, the paper's;
+    ``ema`` = 0 uses the current losses), as in the authors' code.
     loss = mean_B ℓ_D + mean_B ℓ_B (disjoint parameters: each head gets only its own gradient).
+
+    Deviations [choice]: the paper's B and D are two whole networks; here they are two heads on one
+    representation, and with a trainable adapter only D's loss trains it (B sees it detached). The authors'
+    code also divides each ℓ̃ by its class-wise maximum over the training set before forming W (not in the
+    paper's equations); not done here.
 
     Hyperparameters: ``q`` (0.7), ``ema`` a (0.7), ``init_seed`` (7777)."""
 
@@ -40,11 +45,20 @@ class LfF(Method):
         ctx = self.ctx
         self.head = HEADS.get(ctx.probe.head)()
         seeds = [ctx.seed + int(hp["init_seed"]) for hp in self.hparams]
-        params = self.head.init(seeds, ctx.num_classes, ctx.rep_dim, ctx.probe)
+        scales = [float(hp.get("scale", ctx.probe.scale)) for hp in self.hparams]  # as the main heads' (cosine)
+        params = self.head.init(seeds, ctx.num_classes, ctx.rep_dim, ctx.probe, scales)
         self.biased = {n: t.to(device=ctx.x.device, dtype=ctx.x.dtype).requires_grad_(not n.startswith("_"))
                        for n, t in params.items()}
         self.ema_b = torch.zeros(self.h, len(ctx.y), dtype=ctx.x.dtype, device=ctx.x.device)
         self.ema_d = torch.zeros_like(self.ema_b)
+        self.seen = torch.zeros(len(ctx.y), dtype=torch.bool, device=ctx.x.device)  # visited at least once
+
+    @classmethod
+    def check(cls, hp: dict[str, Any]) -> None:
+        if not 0 < hp["q"] <= 1:
+            raise UserError(f"q must be in (0, 1], got {hp['q']}")
+        if not 0 <= hp["ema"] < 1:
+            raise UserError(f"ema must be in [0, 1), got {hp['ema']}")
 
     def extra_parameters(self) -> list[torch.Tensor]:
         return [t for n, t in self.biased.items() if not n.startswith("_")]
@@ -57,9 +71,10 @@ class LfF(Method):
         ce_b = per_head_ce(self.biased_logits(batch.rep), batch.y)
         ce_d = per_head_ce(batch.logits, batch.y)
         with torch.no_grad():
-            a = self.hp("ema")[:, None]
-            lb = a * self.ema_b[:, batch.idx] + (1 - a) * ce_b
-            ld = a * self.ema_d[:, batch.idx] + (1 - a) * ce_d
+            a = self.hp("ema")[:, None] * self.seen[batch.idx].to(ce_b.dtype)  # [h, B]: 0 at a first visit
+            lb = a * self.ema_b[:, batch.idx] + (1 - a) * ce_b.detach()
+            ld = a * self.ema_d[:, batch.idx] + (1 - a) * ce_d.detach()
             self.ema_b[:, batch.idx], self.ema_d[:, batch.idx] = lb, ld
+            self.seen[batch.idx] = True
             w = lb / (lb + ld).clamp_min(1e-12)
         return (w * ce_d).mean(1) + generalized_ce(ce_b, self.hp("q")).mean(1)

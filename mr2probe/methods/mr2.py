@@ -2,9 +2,21 @@
 
     γ_k = c̄ · K · v_k^e / Σ_j v_j^e          (v_k: class variability of the representation, e = 1/3)
     ℓ_γ,ce(x, y) = CE(f(x) / γ_y, y)         (all logits divided by the margin of the TRUE class)
-    ℓ_s̄(x) = τ · log(1 + Σ_{x⁺≠x, y⁺=y} exp((‖z − z⁺‖² − 2 s̄) / τ)),   s̄ = mean_k ŝ²_k (L2)
+    a(x) = log(1 + Σ_{x⁺≠x, y⁺=y} exp((‖z − z⁺‖² − 2 s̄) / τ)),   s̄ = mean_k ŝ²_k (L2)
+    ℓ_s̄ = (1/A) Σ_x τ·a(x)                                  rep_scale="mr2probe" (default; A anchors)
+    ℓ_s̄ = τ/(100·K) · Σ_{c: n_c ≥ 2} (1/n_c) Σ_{x: y=c} a(x)  rep_scale="reference" (at τ = 10·D this is
+                                        D/10/K · Σ_c mean_c a, the public reference code's normalisation)
     ℓ = ℓ_γ,ce + λ · ℓ_s̄                       (ℓ_s̄ only with a trainable adapter)
 
+(D = d, the width of z.) With n_c the batch count of class c and C the classes with n_c ≥ 2, the two scales
+differ by exactly 100·K/C when every such class has the same n_c (about that otherwise): with every class in the
+batch (C = K), λ = 0.1 here is λ = 10 in the reference form, and the reference's λ = 0.1 is λ = 0.001 here.
+Not reproduced from the reference code: its s̄ is the mean of the Lp (p = 5) ŝ²_k, here the L2 one (spec).
+
+Statistics (μ̂_k, ŝ²_k, v_k, s̄) and the distances of ℓ_s̄ are measured on ``stats_on``: ``classifier``
+(default, spec [choice]: what the classifier sees, z/‖z‖ for a cosine head) or ``input`` (g(x) before the
+head's normalisation — the raw features without adapter — as the reference code does). Identical for a linear
+head; for a cosine head with a trainable adapter ``input`` costs a second adapter pass per step.
 Statistics: exact, once, for frozen features (no adapter); exact at the start of every epoch with an adapter
 ([choice]; ``stats="ema"`` updates them per step with decay ``ema_decay`` instead, as the reference code).
 Defaults [choice]: p = 3, c̄ = 1, λ = 0.1, τ = 10·d (``tau=0`` means "10·d"), e = 1/3.
@@ -16,6 +28,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..heads import HEADS, Head
 from ..stats import ClassStats, class_stats, class_stats_chunked, margins
 from ._base import METHODS, Batch, Method, per_head_ce
 
@@ -26,10 +39,15 @@ def logit_margin_ce(logits: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor) 
 
 
 def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: torch.Tensor,
-                    layout: str = "auto") -> torch.Tensor:
-    """Mean over anchors with ≥ 1 same-class partner of τ·log(1 + Σ₊ exp((‖z − z⁺‖² − 2s̄)/τ)).
+                    layout: str = "auto", reference: bool | torch.Tensor = False,
+                    num_classes: int | None = None) -> torch.Tensor:
+    """Per head, over the A anchors x (samples with a same-class partner),
+    a(x) = log(1 + Σ₊ exp((‖z − z⁺‖² − 2s̄)/τ));  ``reference`` False: (1/A) Σ_x τ·a(x);
+    True: τ/(100·K) · Σ_c (1/n_c) Σ_{x∈c} a(x), with K = ``num_classes`` and n_c the batch count of class c.
 
-    z [h, B, d]; s̄, τ [h]. Only same-class pairs matter, in one of two layouts (same value; ``layout``
+    z [h, B, d]; s̄, τ [h]; ``reference`` a bool or per head [h]. The reference form is the public code's
+    D/10/K · Σ_c mean_c log(1 + Σ exp((d² − 2s̄)/(10·D))) at τ = 10·D. Only same-class pairs matter, in one of
+    two layouts (same value; ``layout``
     forces one): ``blocks`` sorts the batch by class into padded blocks [h, C, m, d] (C classes present,
     m = largest class count) whose m×m Gram matrices come from one batched product (C·m²·d work instead of
     B²·d); ``pairs`` lists the P same-class pairs and gathers them (P·d work). ``auto`` takes pairs when
@@ -46,14 +64,24 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
         raise ValueError(f"layout must be auto, pairs or blocks, got {layout!r}")
     shift = (2 * s_bar / tau)[:, None]
     if layout == "pairs":
-        lse = _pair_logsumexp(z, y, tau)
+        lse, n_c = _pair_logsumexp(z, y, tau)
     else:
-        lse = _block_logsumexp(z, order, counts, tau)
-    return (tau[:, None] * torch.nn.functional.softplus(lse - shift)).mean(1)
+        lse, n_c = _block_logsumexp(z, order, counts, tau)
+    a = torch.nn.functional.softplus(lse - shift)  # [h, A]
+    ours = tau * a.mean(1)
+    ref = torch.as_tensor(reference, dtype=torch.bool, device=z.device).expand(z.shape[0])
+    if not bool(ref.any()):
+        return ours
+    if num_classes is None:
+        raise ValueError("rep_margin_loss: the reference scale needs num_classes")
+    # each class present contributes the mean over its n_c anchors: weight 1/n_c per anchor
+    theirs = tau / (100.0 * num_classes) * (a / n_c.to(a.dtype)).sum(1)
+    return torch.where(ref, theirs, ours)
 
 
-def _pair_logsumexp(z: torch.Tensor, y: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """logsumexp over partners of ‖z_i − z_j‖²/τ for every anchor i, from the list of same-class pairs."""
+def _pair_logsumexp(z: torch.Tensor, y: torch.Tensor, tau: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logsumexp over partners of ‖z_i − z_j‖²/τ for every anchor i [h, A], from the list of same-class pairs,
+    and the batch count n_{y_i} of each anchor's class [A]."""
     h, b, _ = z.shape
     same = (y[:, None] == y[None, :]) & ~torch.eye(b, dtype=torch.bool, device=y.device)
     i, j = same.nonzero(as_tuple=True)
@@ -63,11 +91,11 @@ def _pair_logsumexp(z: torch.Tensor, y: torch.Tensor, tau: torch.Tensor) -> torc
     top = top.scatter_reduce(1, i.expand(h, -1), dist.detach(), "amax")  # per-anchor max, for stability
     total = z.new_zeros(h, b).index_add(1, i, torch.exp(dist - top[:, i]))
     anchors = torch.unique(i)
-    return top[:, anchors] + torch.log(total[:, anchors])
+    return top[:, anchors] + torch.log(total[:, anchors]), torch.bincount(y)[y[anchors]]
 
 
 def _block_logsumexp(z: torch.Tensor, order: torch.Tensor, counts: torch.Tensor, tau: torch.Tensor
-                     ) -> torch.Tensor:
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same, from class blocks: padding and the diagonal are masked out of each block's m×m distances."""
     h, b, d = z.shape
     c, m = len(counts), int(counts.max())
@@ -83,20 +111,32 @@ def _block_logsumexp(z: torch.Tensor, order: torch.Tensor, counts: torch.Tensor,
     gram = torch.matmul(blocks, blocks.transpose(-1, -2))  # [h, C, m, m]
     dist = (sq[..., :, None] + sq[..., None, :] - 2 * gram).clamp_min(0) / tau[:, None, None, None]
     lse = torch.logsumexp(dist.masked_fill(~pair, float("-inf")), dim=-1)  # [h, C, m]
-    return lse[:, pair.any(-1)]
+    anchor = pair.any(-1)  # [C, m]
+    return lse[:, anchor], counts[:, None].expand(c, m)[anchor]
 
 
-@METHODS.register("mr2", help="MR2: logit margins from class variability + representation margin (ICLR 2026)")
+@METHODS.register("mr2", help="MR2: logit margins from class variability + representation margin (ICLR 2026); "
+                   "rep_scale=mr2probe|reference, stats_on=classifier|input")
 class MR2(Method):
     """ℓ = CE(f(x)/γ_y, y) + λ·ℓ_s̄ with γ from the class variability of the representation (module docstring).
 
-    Hyperparameters: ``p`` statistics norm (3), ``c_bar`` mean margin (1; grid {1, 2}), ``lam`` λ (0.1),
-    ``tau`` τ (0 = 10·d), ``exponent`` e (1/3), ``uniform`` γ_k = c̄ (False), ``stats`` exact|ema,
-    ``ema_decay`` (0.999)."""
+    Hyperparameters: ``p`` statistics norm (3), ``c_bar`` mean margin (1; grid {1, 2}), ``lam`` λ (0.1; with a
+    trainable adapter also searched over ``adapter_grid`` {0.01, 0.1, 1, 10}, which holds both forms' defaults
+    and their equivalents: mr2probe's 0.1 is about the reference's 10), ``tau`` τ (0 = 10·d), ``exponent`` e
+    (1/3), ``uniform`` γ_k = c̄ (False), ``stats`` exact|ema, ``ema_decay`` (0.999), ``rep_scale``
+    mr2probe|reference (normalisation of ℓ_s̄, default mr2probe), ``stats_on`` classifier|input (where the
+    statistics and the distances of ℓ_s̄ are measured, default classifier: what the classifier sees, the spec's
+    [choice]; ``input`` is the reference code's unnormalised g(x)). ``rep_scale`` and ``stats_on`` may differ
+    between heads of a slice; ``stats`` may not."""
 
     defaults: dict[str, Any] = {"p": 3.0, "c_bar": 1.0, "lam": 0.1, "tau": 0.0, "exponent": 1 / 3,
-                                "uniform": False, "stats": "exact", "ema_decay": 0.999}
+                                "uniform": False, "stats": "exact", "ema_decay": 0.999,
+                                "rep_scale": "mr2probe", "stats_on": "classifier"}
     grid = {"c_bar": [1.0, 2.0]}
+    # λ points searched only when the adapter is trainable (the trainer adds ``adapter_grid`` to ``grid`` then;
+    # without an adapter ℓ_s̄ is constant and λ has no effect): one decade apart, spanning both scales of ℓ_s̄
+    # (≈ 100·K/C apart): each form's default 0.1, and mr2probe's 0.1 in the reference form (10).
+    adapter_grid: dict[str, list] = {"lam": [0.01, 0.1, 1.0, 10.0]}
 
     @classmethod
     def check(cls, hp: dict[str, Any]) -> None:
@@ -106,14 +146,26 @@ class MR2(Method):
         for key, (ok, need) in rules.items():
             if not ok:
                 raise UserError(f"{key} must be {need}, got {hp[key]}")
-        if hp["stats"] not in ("exact", "ema"):
-            raise UserError(f"stats must be exact or ema, got {hp['stats']!r}")
+        choices = {"stats": ("exact", "ema"), "rep_scale": ("mr2probe", "reference"),
+                   "stats_on": ("classifier", "input")}
+        for key, allowed in choices.items():
+            if hp[key] not in allowed:
+                raise UserError(f"{key} must be {' or '.join(allowed)}, got {hp[key]!r}")
 
     def prepare(self) -> None:
         self.uses_rep = self.ctx.probe.adapter != "none" and any(hp["lam"] > 0 for hp in self.hparams)
         if self.ctx.probe.adapter == "none":
             self.ctx.log(f"{self.name}: frozen features and no adapter: statistics computed once; "
                          "the representation margin term is constant and skipped")
+        # stats_on=input differs from what the classifier sees only for heads that transform z (cosine: z/‖z‖)
+        same = HEADS.get(self.ctx.probe.head).represent is Head.represent
+        self.space = ["classifier" if same else hp["stats_on"] for hp in self.hparams]
+        dev = self.ctx.x.device
+        self.on_input = torch.tensor([sp == "input" for sp in self.space], dtype=torch.bool, device=dev)
+        self.reference = torch.tensor([hp["rep_scale"] == "reference" for hp in self.hparams], dtype=torch.bool,
+                                      device=dev)
+        if "input" in self.space and (self.ctx.represent_input_train is None or self.ctx.represent_input is None):
+            raise ValueError(f"{self.name}: stats_on=input needs a FitContext with represent_input(_train)")
         if self.ctx.probe.adapter == "none" or self.hparams[0]["stats"] != "exact":
             self._update_stats()
         d = self.ctx.rep_dim
@@ -124,21 +176,24 @@ class MR2(Method):
             self._update_stats()
 
     def _update_stats(self) -> None:
-        """Exact statistics of the current representation, one no-grad pass per distinct p."""
+        """Exact statistics of the current representation, one no-grad pass per distinct (stats_on, p)."""
         ps = self.hp("p")
         v = torch.empty(self.h, self.ctx.num_classes, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
         s_bar = torch.empty(self.h, dtype=v.dtype, device=v.device)
-        for p in torch.unique(ps).tolist():
-            if self.ctx.probe.adapter == "none":  # frozen representation: the same for every slice of the stack
-                key = ("mr2-stats", p)
-                if key not in self.ctx.shared:
-                    self.ctx.shared[key] = class_stats_chunked(self.ctx.represent_train, self.ctx.num_classes, p)
-                st: ClassStats = self.ctx.shared[key]
-            else:
-                st = class_stats_chunked(self.ctx.represent_train, self.ctx.num_classes, p)
-            rows = ps == p
-            v[rows] = st.v.expand(self.h, -1)[rows]
-            s_bar[rows] = st.s_bar.expand(self.h)[rows]
+        for space in sorted(set(self.space)):
+            in_space = self.on_input == (space == "input")
+            chunks = self.ctx.represent_input_train if space == "input" else self.ctx.represent_train
+            for p in torch.unique(ps[in_space]).tolist():
+                if self.ctx.probe.adapter == "none":  # frozen representation: the same for every MR2-family slice
+                    key = ("mr2-stats", space, p)
+                    if key not in self.ctx.shared:
+                        self.ctx.shared[key] = class_stats_chunked(chunks, self.ctx.num_classes, p)
+                    st: ClassStats = self.ctx.shared[key]
+                else:
+                    st = class_stats_chunked(chunks, self.ctx.num_classes, p)
+                rows = in_space & (ps == p)
+                v[rows] = st.v.expand(self.h, -1)[rows]
+                s_bar[rows] = st.s_bar.expand(self.h)[rows]
         self.v, self.s_bar = v, s_bar
         self._set_margins()
 
@@ -149,27 +204,40 @@ class MR2(Method):
         self.gamma = torch.where(uniform[:, None], self.hp("c_bar")[:, None].expand_as(gamma), gamma)
 
     @torch.no_grad()
-    def _ema(self, batch: Batch) -> None:
-        """Per-step EMA of v and s̄ from the batch (option ``stats="ema"``)."""
+    def _ema(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        """Per-step EMA of v and s̄ from the batch representation z [h|1, B, d] (option ``stats="ema"``)."""
         # A batch missing a class has no statistics for it: skip the update.
-        present = torch.bincount(batch.y, minlength=self.ctx.num_classes) > 0
+        present = torch.bincount(y, minlength=self.ctx.num_classes) > 0
         if not bool(present.all()):
             return
         decay = self.hp("ema_decay")
         for p in torch.unique(self.hp("p")).tolist():
-            st = class_stats(batch.rep.detach(), batch.y, self.ctx.num_classes, p)
+            st = class_stats(z.detach(), y, self.ctx.num_classes, p)
             rows = self.hp("p") == p
             self.v[rows] = decay[rows, None] * self.v[rows] + (1 - decay[rows, None]) * st.v.expand(self.h, -1)[rows]
             self.s_bar[rows] = decay[rows] * self.s_bar[rows] + (1 - decay[rows]) * st.s_bar.expand(self.h)[rows]
         self._set_margins()
 
+    def _measured(self, batch: Batch) -> torch.Tensor:
+        """The batch representation in each head's ``stats_on`` space, [h|1, B, d]: ``batch.rep`` for
+        ``classifier``; g(x) recomputed with grad (``ctx.represent_input``) for ``input``."""
+        if not bool(self.on_input.any()):
+            return batch.rep
+        u = self.ctx.represent_input(batch.idx)
+        if bool(self.on_input.all()):
+            return u
+        return torch.where(self.on_input[:, None, None], u, batch.rep)
+
     def loss(self, batch: Batch) -> torch.Tensor:
-        if self.hparams[0]["stats"] == "ema" and self.ctx.probe.adapter != "none":
-            self._ema(batch)
+        ema = self.hparams[0]["stats"] == "ema" and self.ctx.probe.adapter != "none"
+        z = self._measured(batch) if ema or self.uses_rep else batch.rep
+        if ema:
+            self._ema(z, batch.y)
         loss = logit_margin_ce(batch.logits, batch.y, self.gamma).mean(1)
         if self.uses_rep:
-            z = batch.rep.expand(self.h, -1, -1)
-            loss = loss + self.hp("lam") * rep_margin_loss(z, batch.y, self.s_bar, self.tau)
+            loss = loss + self.hp("lam") * rep_margin_loss(z.expand(self.h, -1, -1), batch.y, self.s_bar, self.tau,
+                                                           reference=self.reference,
+                                                           num_classes=self.ctx.num_classes)
         return loss
 
     def info(self) -> list[dict[str, Any]]:

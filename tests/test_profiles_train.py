@@ -1,0 +1,90 @@
+"""Training-set profiles through `mr2probe train` and suites: train changes, val and test do not; counts, draw
+seeds and episodes are recorded; bad values are one-line errors before anything is written."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, write_by_hand
+from mr2probe.bench import load_suite
+from mr2probe.errors import UserError
+from mr2probe.profiles import class_order
+
+FAST = ["--epochs", "1", "--min-steps", "4", "--batch-size", "64", "-q", "--lr", "1e-2", "--wd", "1e-4",
+        "--methods", "ce,focal"]
+
+
+@pytest.fixture
+def feats(tmp_path: Path) -> Path:
+    return write_by_hand(tmp_path / "f.h5", k=4, n_train=400, n_test=80, val=True)  # 100 per class, val split
+
+
+def test_longtail_profile_changes_train_only(tmp_path: Path, feats: Path) -> None:
+    out = tmp_path / "lt"
+    r = run_cli("train", "--features", str(feats), "--out", str(out), "--seeds", "1", "--train-profile",
+                "longtail:100", *FAST)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "results.json").read_text())
+    order = class_order(4, 0)  # rank r → class: n = ⌊100·100^(−r/3)⌋ = 100, 21, 4, 1
+    want = [0] * 4
+    for rank, n in enumerate([100, 21, 4, 1]):
+        want[order[rank]] = n
+    assert res["train_class_counts"] == want
+    assert res["profile"]["kind"] == "longtail" and res["profile"]["value"] == 100
+    assert res["episodes"][0]["draw_seed"] == res["episodes"][0]["draw_seed"] and len(res["episodes"]) == 1
+    assert res["provenance"]["splits"]["val"] == 80 and res["provenance"]["splits"]["test"] == 80
+    assert "train: longtail" in (out / "table.md").read_text()
+    assert res["budget"]["steps"] == 4  # 126 rows, batch 64: 2 steps per epoch, 2 epochs for the 4-step floor
+    full = tmp_path / "full"
+    assert run_cli("train", "--features", str(feats), "--out", str(full), "--seeds", "1", *FAST).returncode == 0
+    assert json.loads((full / "results.json").read_text())["train_class_counts"] == [100] * 4
+    parts = {p.name.split("-", 1)[1] for p in (out / "parts").glob("seed0-*.json")}
+    assert not parts & {p.name.split("-", 1)[1] for p in (full / "parts").glob("seed0-*.json")}  # other keys
+
+
+def test_shots_with_episodes_are_replicates_like_seeds(tmp_path: Path, feats: Path) -> None:
+    out = tmp_path / "shots"
+    r = run_cli("train", "--features", str(feats), "--out", str(out), "--seeds", "2", "--train-profile", "shots:5",
+                "--episodes", "2", *FAST)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "results.json").read_text())
+    assert [e["train_class_counts"] for e in res["episodes"]] == [[5] * 4, [5] * 4]
+    assert res["episodes"][0]["draw_seed"] != res["episodes"][1]["draw_seed"]
+    ce = sorted((x["seed"], x["episode"]) for x in res["runs"] if x["method"] == "ce")
+    assert ce == [(0, 0), (1, 0), (2, 1), (3, 1)]  # episode e shifts the seeds by e·(max seed + 1)
+    null = sorted((x["seed"], x["episode"]) for x in res["runs"] if x["method"] == "ce (null)")
+    assert null == [(4, 0), (5, 0), (6, 1), (7, 1)]  # paired by position: the same episodes
+    assert all(p.name.startswith(("seed0-ep0-", "seed1-ep0-", "seed2-ep1-", "seed3-ep1-", "seed4-ep0-", "seed5-ep0-",
+                                  "seed6-ep1-", "seed7-ep1-")) for p in (out / "parts").glob("*.json"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seeds"]["ce"] == [0, 1, 2, 3]
+    again = run_cli("train", "--features", str(feats), "--out", str(out), "--seeds", "2", "--train-profile", "shots:5",
+                    "--episodes", "2", *FAST)
+    assert again.returncode == 0 and json.loads((out / "results.json").read_text())["notes"].count(
+        "seed 0: already trained (" + next(p.name for p in (out / "parts").glob("seed0-*.json")) + "), kept") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--train-profile", "longtail:0.5"], "RHO ≥ 1"),
+    (["--train-profile", "shots:500"], "class 0 ('c0') has only 100"),
+    (["--train-profile", "shots:5", "--episodes", "0"], "episodes"),
+    (["--train-profile", "balanced"], "unknown training profile"),
+])
+def test_bad_profiles_are_one_line_errors(tmp_path: Path, feats: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "bad"
+    r = run_cli("train", "--features", str(feats), "--out", str(out), *args, *FAST)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+    assert not out.exists()
+
+
+def test_suite_profiles_are_a_cell_axis(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('datasets = ["fashion-mnist"]\nencoders = ["efficientnet-lite0"]\n'
+                    'profiles = ["full", "longtail:10", "shots:5"]\n[train]\nepisodes = 3\n')
+    assert load_suite(path).profiles == ["full", "longtail:10", "shots:5"]
+    path.write_text('datasets = ["fashion-mnist"]\nencoders = ["efficientnet-lite0"]\nprofiles = ["longtail:0"]\n')
+    with pytest.raises(UserError, match="RHO ≥ 1"):
+        load_suite(path)
