@@ -27,6 +27,7 @@ data:
 	scripts/fetch-mnist.sh
 
 test: $(STAMP) data
+	$(BIN)/ruff check mr2probe
 	$(BIN)/python -m pytest
 
 clean:

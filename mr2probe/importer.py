@@ -12,13 +12,14 @@ Two sources are read:
   ``torch.load(weights_only=True)`` (no pickled code runs) and must hold one tensor; ``.npy`` without pickles.
 
 In both, ``valid`` and ``validation`` name the val split; other arrays are left alone ("text_features"), except
-names that look like another split ("trainval_features"), which are refused rather than silently dropped. ``class_names`` given to :func:`import_features` (the
-``--class-names FILE`` flag) win; without any, classes are named "0", "1", ... up to the largest label. The arrays
-are checked as the reader checks a file, each problem one ``UserError`` line naming the source: train and test
-present, 2-D floating features with the same D in every split, no NaN/Inf, 1-D integer labels (one per row) in
-[0, K), index (if given) one integer per row. Features are stored as float16 when every split is float16, else as
-float32; the index defaults to 0..N-1. The file is written as ``OUT.partial`` and renamed when whole (the project's
-own writer, :func:`mr2probe.featurestore.write_features`), so a failed import leaves nothing at ``OUT``.
+names that look like another split ("trainval_features"), which are refused rather than silently dropped.
+``class_names`` given to :func:`import_features` (the ``--class-names FILE`` flag) win; without any, classes are
+named "0", "1", ... up to the largest label. The arrays are checked as the reader checks a file, each problem one
+``UserError`` line naming the source: train and test present, 2-D floating features with the same D in every split,
+no NaN/Inf, 1-D integer labels (one per row) in [0, K), index (if given) one integer per row. Features are stored as
+float16 when every split is float16, else as float32; the index defaults to 0..N-1. The file is written as
+``OUT.partial`` and renamed when whole (the project's own writer, :func:`mr2probe.featurestore.write_features`), so
+a failed import leaves nothing at ``OUT``.
 """
 from __future__ import annotations
 

@@ -16,5 +16,5 @@ def build_encoder(name: str, weights: str | Path | None = None) -> Encoder:
 
 plugins.import_all(__import__(__name__, fromlist=["_"]))
 
-__all__ = ["ENCODERS", "Encoder", "OnnxEncoder", "TorchEncoder", "cpu_runtime", "build_encoder", "build_transform", "load_state_dict",
-           "sha256_file"]
+__all__ = ["ENCODERS", "Encoder", "OnnxEncoder", "TorchEncoder", "cpu_runtime", "build_encoder", "build_transform",
+           "load_state_dict", "sha256_file"]

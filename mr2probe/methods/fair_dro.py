@@ -23,10 +23,10 @@ def chi2_simplex_weights(losses: torch.Tensor, present: torch.Tensor, alpha: tor
     the tied maxima. m = K' is the closed form q_k = (1 + α(ℓ_k − ℓ̄)/σ)/K', used whenever it is ≥ 0.
     Computed in float64; one sort and prefix sums per head, no loop over classes."""
     dtype = losses.dtype
-    l = losses.to(torch.float64).masked_fill(~present[None, :], -torch.inf)
-    s, order = l.sort(1, descending=True)  # [h, K], absent classes last
+    ls = losses.to(torch.float64).masked_fill(~present[None, :], -torch.inf)
+    s, order = ls.sort(1, descending=True)  # [h, K], absent classes last
     k = present.sum().to(torch.float64)  # K'
-    rank = torch.arange(l.shape[1], device=l.device)
+    rank = torch.arange(ls.shape[1], device=ls.device)
     valid = rank < present.sum()  # [K]: sorted positions of present classes
     d = torch.where(valid, s - s[:, :1], torch.zeros_like(s))  # shifted by the maximum: ≤ 0
     m = (rank + 1).to(torch.float64)
