@@ -347,6 +347,22 @@ def import_(
                + ", ".join(f"{s} {n}" for s, n in fs.rows.items()))
 
 
+@app.command()
+@guarded()
+def predict(
+    run_dir: Path = typer.Argument(..., help="Run folder written by `mr2probe train` (holds heads.safetensors)."),
+    features: Path = typer.Option(..., "--features", "-f", help="Feature file (.h5) with the run's D and classes."),
+    split: str = typer.Option("test", "--split", help="Split of the feature file to predict."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output .csv (a column per method/seed) or .npz."),
+    device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
+) -> None:
+    """Apply the head selected on val of every (method, seed) of a run to a feature file's split."""
+    from .predict import predict_run, write_predictions
+
+    df = predict_run(run_dir, features, split, device)
+    typer.echo(f"wrote {write_predictions(df, out)}: {len(df)} rows × {len(df.columns) - 2} heads")
+
+
 def main() -> None:
     app(prog_name="mr2probe")
 

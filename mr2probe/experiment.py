@@ -24,17 +24,20 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from . import __version__
 from .atomic import atomic_text, atomic_write
 from .errors import UserError
 from .featurestore import FeatureSet, check_classes_covered, content_sha256, file_sha256, read_features
+from .heads import ProbeStack
+from .methods import METHODS
 from .metrics import null_name, per_class_accuracy
 from .profiles import Profile, draw_seed, select_rows
-from .methods import METHODS
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
-from .trainer import TrainConfig, TrainData, budget, expand_runs, method_hparams, pick_device, train_stack
+from .trainer import (TrainConfig, TrainData, budget, chunk_rows, expand_runs, method_hparams, pick_device,
+                      train_stack)
 
 SELECT_METRICS = ("acc", "macc")
 
@@ -157,6 +160,21 @@ def select_scores(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) ->
     return ((correct @ onehot) / onehot.sum(0)).mean(1).cpu().numpy()
 
 
+HEADS_FORMAT = "mr2probe.heads/1"
+
+
+def predict_labels(probe: ProbeStack, x: torch.Tensor | StreamedFeatures) -> torch.Tensor:
+    """argmax of every head's logits on ``x``, evaluated in chunks: [H, N]."""
+    c = chunk_rows(x)
+    with torch.no_grad():
+        return torch.cat([probe(x[i:i + c])[1].argmax(-1) for i in range(0, len(x), c)], 1)
+
+
+def load_heads(path: Path) -> dict[str, torch.Tensor]:
+    """A heads file written by :func:`run_experiment` (safetensors: tensors only, no pickled code)."""
+    return load_file(str(path))
+
+
 def atomic_json(path: Path, obj: Any) -> None:
     atomic_text(path, json.dumps(obj, indent=1, default=str) + "\n")
 
@@ -214,19 +232,25 @@ def _adopt_legacy_parts(parts: dict[int, tuple[Path, Path]], folder: Path, legac
 
 
 def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], cfg: ExperimentConfig,
-               seed: int, log, bar: Any = None) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test."""
+               seed: int, log, bar: Any = None
+               ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[str, torch.Tensor]]:
+    """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test — with the
+    selected head rebuilt alone from its saved parameters, the same computation ``mr2probe predict`` makes.
+    Returns the runs, the test predictions and the selected heads' parameters ("method/seed/param" → tensor)."""
     specs = expand_runs(cfg.methods, [seed], cfg.train)
     t0 = time.time()
     trained = train_stack(data, specs, cfg.train, log, description=f"sweep {len(cfg.methods)} methods", bar=bar)
     wall = time.time() - t0
     val_logits = trained.predict(data.val_x)
     scores = select_scores(val_logits, data.val_y, data.num_classes, cfg.select)
-    runs, preds = [], {}
+    runs, preds, saved = [], {}, {}
     for method in cfg.methods:
         heads = [i for i, s in enumerate(trained.specs) if s.method == method]
         best = heads[int(np.argmax(scores[heads]))]  # first best on ties
-        test_pred = trained.predict(test[0], [best])[0].argmax(-1).cpu().numpy()
+        state = trained.probe.select([best])
+        saved.update({f"{method}/{seed}/{k}": v.cpu() for k, v in state.items()})
+        test_pred = predict_labels(ProbeStack.from_state(cfg.train.probe, data.x.shape[1], data.num_classes, state)
+                                   .to(test[1].device), test[0])[0].cpu().numpy()
         val_pred = val_logits[best].argmax(-1).cpu().numpy()
         yt, yv = test[1].cpu().numpy(), data.val_y.cpu().numpy()
         acc = per_class_accuracy(test_pred, yt, data.num_classes)
@@ -239,7 +263,7 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
                "stack_wall_time_s": round(wall, 2), **trained.info[best]}
         runs.append(run)
         preds[f"{method}/{seed}"] = test_pred.astype(np.int16 if data.num_classes < 32000 else np.int32)
-    return runs, preds
+    return runs, preds, saved
 
 
 def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
@@ -331,23 +355,31 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     heads = len(expand_runs(cfg.methods, [0], cfg.train))
     runs: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
+    heads_state: dict[str, torch.Tensor] = {}
     with progress_bar(f"sweep: {len(cfg.methods)} methods, {heads} heads per seed; {len(todo)} seed stacks to train",
                       total=sum(steps[st[3]] for st in todo), enabled=cfg.train.progress) as bar:
         for job_cfg, key, seed, ep, part, part_npz, rename in stacks:
+            part_heads = part.with_suffix(".heads.safetensors")
             if part.exists() and part_npz.exists():
                 log(f"seed {seed}{' (null control)' if rename else ''}: already trained ({part.name}), kept")
                 seed_runs = json.loads(part.read_text())["runs"]
                 seed_preds = load_npz(part_npz)
+                seed_heads = load_heads(part_heads) if part_heads.exists() else {}
+                if not seed_heads:
+                    log(f"seed {seed}: trained by an older mr2probe, no saved heads (mr2probe predict skips it)")
             else:
-                seed_runs, seed_preds = train_seed(episode_data(ep), test, job_cfg, seed, log, bar)
+                seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, log, bar)
                 seed_runs = [{**r, "episode": ep} for r in seed_runs]
+                atomic_write(part_heads, lambda p, h=seed_heads: save_file(h, str(p)))
                 atomic_npz(part_npz, seed_preds)
                 atomic_json(part, {"key": key, "runs": seed_runs})
             if rename:
                 seed_runs = [{**r, "method": rename} for r in seed_runs]
                 seed_preds = {f"{rename}/{k.split('/', 1)[1]}": v for k, v in seed_preds.items()}
+                seed_heads = {f"{rename}/{k.split('/', 1)[1]}": v for k, v in seed_heads.items()}
             runs += seed_runs
             preds.update(seed_preds)
+            heads_state.update(seed_heads)
     order = {m: i for i, m in enumerate(cfg.methods + [null_name(reference)])}
     runs.sort(key=lambda r: (order[r["method"]], r["seed"]))
     epochs, per_epoch = budget(len(episodes[0]["rows"]), cfg.train)
@@ -386,5 +418,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         "runs": runs,
     }
     atomic_npz(out / "predictions.npz", {"test_labels": test[1].cpu().numpy(), **preds})
+    meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(cfg.train.probe)), "in_dim": str(fs.dim),
+            "num_classes": str(fs.num_classes), "class_names": json.dumps(fs.class_names)}
+    atomic_write(out / "heads.safetensors", lambda p: save_file(heads_state, str(p), metadata=meta))
     atomic_json(out / "results.json", results)
     return results

@@ -186,3 +186,12 @@ class ProbeStack(torch.nn.Module):
     def select(self, heads: slice | list[int]) -> dict[str, torch.Tensor]:
         """A copy of the parameters of some heads (for saving a selected run)."""
         return {n: t.detach()[heads].clone() for n, t in self.state_dict().items()}
+
+    @classmethod
+    def from_state(cls, cfg: ProbeConfig, in_dim: int, num_classes: int, state: dict[str, torch.Tensor]
+                   ) -> "ProbeStack":
+        """The stack of the heads in ``state`` (as :meth:`select` returns it), ready to evaluate."""
+        n = next(iter(state.values())).shape[0]
+        probe = cls(cfg, in_dim, num_classes, [0] * n)
+        probe.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
+        return probe

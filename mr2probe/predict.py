@@ -1,0 +1,79 @@
+"""Apply the probes a run selected to features: ``mr2probe predict RUN_DIR --features FILE [--split test]``.
+
+``RUN_DIR/heads.safetensors`` (written by ``train``) holds, for every (method, seed), the parameters of the head
+selected on val ("method/seed/param" → tensor) and, as metadata, the probe configuration, the input width, the
+classes. Each head is rebuilt alone (:meth:`~mr2probe.heads.ProbeStack.from_state`) — the computation ``train``
+used for the test predictions in predictions.npz, so predicting a run's own test split reproduces them exactly.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .atomic import atomic_text
+from .errors import UserError
+from .experiment import HEADS_FORMAT, atomic_npz, load_heads, predict_labels
+from .featurestore import read_features
+from .heads import ProbeConfig, ProbeStack
+from .trainer import pick_device
+
+
+def load_run_heads(run_dir: str | Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
+    """(metadata, {"method/seed": state}) of a run's saved heads; a missing or foreign file is a UserError."""
+    path = Path(run_dir) / "heads.safetensors"
+    if not path.is_file():
+        raise UserError(f"{path} not found: the run was trained by an older mr2probe, or not trained; train again")
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        flat = load_heads(path)
+    except Exception as e:  # noqa: BLE001 — safetensors raises its own error types for damaged files
+        raise UserError(f"{path} is not a readable heads file ({type(e).__name__}); train again") from None
+    if meta.get("format") != HEADS_FORMAT:
+        raise UserError(f"{path} is not a mr2probe heads file (format {meta.get('format')!r})")
+    heads: dict[str, dict[str, torch.Tensor]] = {}
+    for key, t in flat.items():
+        method, seed, param = key.rsplit("/", 2)
+        heads.setdefault(f"{method}/{seed}", {})[param] = t
+    return meta, heads
+
+
+def predict_run(run_dir: str | Path, features: str | Path, split: str = "test", device: str | None = None
+                ) -> pd.DataFrame:
+    """Predicted class index of every selected head on ``split`` of ``features``: one row per sample (its
+    ``index`` in the source dataset, ``label`` when the file has one), one column per "method/seed"."""
+    meta, heads = load_run_heads(run_dir)
+    fs = read_features(features, load=True)
+    if split not in fs.splits:
+        raise UserError(f"{features} has no split {split!r} (it has {', '.join(fs.splits)})")
+    if fs.dim != int(meta["in_dim"]) or fs.num_classes != int(meta["num_classes"]):
+        raise UserError(f"{features}: D = {fs.dim}, K = {fs.num_classes}, but the run's heads were trained on "
+                        f"D = {meta['in_dim']}, K = {meta['num_classes']}")
+    if json.loads(meta["class_names"]) != fs.class_names:
+        raise UserError(f"{features}: its class names differ from those the run was trained on")
+    cfg = ProbeConfig(**json.loads(meta["probe"]))
+    dev = pick_device(device)
+    sp = fs.splits[split]
+    x = torch.as_tensor(sp.features, dtype=torch.float32, device=dev)
+    cols = {key: predict_labels(ProbeStack.from_state(cfg, fs.dim, fs.num_classes, state).to(dev), x)[0].cpu().numpy()
+            for key, state in heads.items()}
+    return pd.DataFrame({"index": sp.index, "label": sp.labels, **cols})
+
+
+def write_predictions(df: pd.DataFrame, out: str | Path) -> Path:
+    """``.csv`` (one column per head) or ``.npz`` (the predictions.npz layout: "method/seed" arrays), atomically."""
+    out = Path(out)
+    if out.suffix == ".csv":
+        atomic_text(out, df.to_csv(index=False))
+    elif out.suffix == ".npz":
+        atomic_npz(out, {"labels": df["label"].to_numpy(), "index": df["index"].to_numpy(),
+                         **{c: df[c].to_numpy(np.int32) for c in df.columns if c not in ("index", "label")}})
+    else:
+        raise UserError(f"--out {out}: use a .csv or .npz file")
+    return out

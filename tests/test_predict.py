@@ -1,0 +1,55 @@
+"""Reusable probes: every selected head is saved (safetensors) and `mr2probe predict` applies them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from conftest import BUNDLED, run_cli, write_by_hand
+
+
+def test_predict_reproduces_the_runs_test_predictions(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = run_cli("train", "--methods", "ce,mr2,focal", "--seeds", "2", "--epochs", "1", "--min-steps", "20",
+                "--head", "cosine", "--scale", "16,32", "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    with np.load(out / "predictions.npz") as z:
+        saved = {k.replace("__", "/"): z[k] for k in z.files}
+    csv = tmp_path / "p.csv"
+    r = run_cli("predict", str(out), "--features", str(BUNDLED), "--split", "test", "--out", str(csv))
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(csv)
+    heads = [c for c in df.columns if c not in ("index", "label")]
+    assert sorted(heads) == sorted(k for k in saved if k != "test_labels")  # ce, mr2, focal × 2 seeds + 2 null
+    for key in heads:
+        np.testing.assert_array_equal(df[key].to_numpy(), saved[key])
+    np.testing.assert_array_equal(df["label"].to_numpy(), saved["test_labels"])
+    npz = tmp_path / "p.npz"
+    assert run_cli("predict", str(out), "-f", str(BUNDLED), "--split", "train", "-o", str(npz)).returncode == 0
+    with np.load(npz) as z:
+        assert z["ce__0"].shape == (2000,)
+
+
+def test_predict_refuses_mismatched_features_and_bad_outputs(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert run_cli("train", "--methods", "ce", "--seeds", "1", "--epochs", "1", "--min-steps", "5", "--out",
+                   str(out), "-q").returncode == 0
+    other = write_by_hand(tmp_path / "other.h5", k=10, d=8)
+    cases = [(["-f", str(other), "-o", str(tmp_path / "x.csv")], "trained on D = 1280"),
+             (["-f", str(BUNDLED), "--split", "val", "-o", str(tmp_path / "x.csv")], "no split 'val'"),
+             (["-f", str(BUNDLED), "-o", str(tmp_path / "x.txt")], "use a .csv or .npz"),
+             (["-f", str(BUNDLED), "-o", str(tmp_path / "x.csv"), "--split", "test"], None)]
+    for args, needle in cases:
+        r = run_cli("predict", str(out), *args)
+        if needle is None:
+            assert r.returncode == 0, r.stderr
+            continue
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+        assert not Path(args[-1]).exists() and not Path(args[args.index("-o") + 1]).exists()
+    r = run_cli("predict", str(tmp_path / "nowhere"), "-f", str(BUNDLED), "-o", str(tmp_path / "y.csv"))
+    assert r.returncode == 2 and "heads.safetensors not found" in r.stderr
+    meta = json.loads((out / "results.json").read_text())
+    assert meta["runs"][0]["method"] == "ce"
