@@ -1,12 +1,13 @@
 """mr2probe: linear-probing benchmarks of frozen encoders, with MR2 and its baselines, per-class."""
 __version__ = "0.1.0"
 
-_LAZY = {"ProbeClassifier": "estimator", "MR2Classifier": "estimator"}  # name -> submodule (imported on use)
+_LAZY = {"ProbeClassifier": "estimator", "MR2Classifier": "estimator",  # name -> submodule (imported on use)
+         "load_results": "table", "summarize": "table"}
 
 
 def __getattr__(name: str) -> object:
-    """``mr2probe.ProbeClassifier`` / ``mr2probe.MR2Classifier`` without importing torch/sklearn at
-    ``import mr2probe``."""
+    """``mr2probe.ProbeClassifier`` / ``mr2probe.MR2Classifier`` / ``mr2probe.load_results`` /
+    ``mr2probe.summarize`` without importing torch/sklearn/pandas at ``import mr2probe``."""
     if name in _LAZY:
         import importlib
 

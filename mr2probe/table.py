@@ -1,0 +1,82 @@
+"""Results as pandas tables, for notebooks: ``mr2probe.load_results(RUN_DIR | [RUN_DIR, ...])`` gives one row per
+(run, method, seed, class) and ``mr2probe.summarize(RUN_DIR | [...])`` one row per (run, method) with the
+protocol's columns — both read from the same :class:`~mr2probe.summary.Summary` the report renders, so a notebook
+and the committed tables cannot disagree::
+
+    import mr2probe
+    df = mr2probe.load_results(["results/offline/mnist-dinov2-s14-linear", "results/offline/mnist-dinov2-s14-cosine"])
+    hard = df[df.group == "hard"].groupby(["head", "method"]).test_acc.mean().unstack("head")
+    s = mr2probe.summarize(["results/offline/mnist-dinov2-s14-linear"])
+    s.pivot(index="method", columns="head", values="ΔHard").plot.barh()
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from .metrics import COLUMNS, DELTA_COLUMNS
+from .report import load_predictions, load_results as load_results_json, run_labels
+from .summary import Summary, summarize as summarize_run
+
+
+def _dirs(run_dirs: str | Path | Iterable[str | Path]) -> list[Path]:
+    return [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(d) for d in run_dirs]
+
+
+def _setting(results: dict) -> dict[str, object]:
+    prov = results.get("provenance", {})
+    profile = results.get("profile") or {}
+    return {"dataset": prov.get("dataset"), "encoder": prov.get("encoder"), "head": results.get("head"),
+            "adapter": results.get("adapter"), "profile": profile.get("text", "full")}
+
+
+def _summaries(run_dirs: str | Path | Iterable[str | Path], group_on: str, null: bool
+               ) -> list[tuple[str, dict, Summary]]:
+    dirs = _dirs(run_dirs)
+    out = []
+    for label, d in zip(run_labels(dirs), dirs):
+        results = load_results_json(d)
+        out.append((label, results, summarize_run(results, load_predictions(d), group_on, null)))
+    return out
+
+
+def load_results(run_dirs: str | Path | Iterable[str | Path], group_on: str = "val", null: bool = True
+                 ) -> pd.DataFrame:
+    """Long form: one row per (run, method, seed, class) with the run's setting, the hyperparameters chosen (JSON),
+    the class name, its group (hard / medium / easy, ranked as ``group_on``) and its test and val accuracy."""
+    rows = []
+    for label, results, s in _summaries(run_dirs, group_on, null):
+        group = np.empty(len(s.class_names), dtype=object)
+        for name in ("hard", "medium", "easy"):
+            group[getattr(s.groups, name)] = name
+        for run in results["runs"]:
+            if run["method"] not in s.methods:
+                continue
+            val = run.get("val_per_class_acc") or [np.nan] * len(s.class_names)
+            for k, name in enumerate(s.class_names):
+                rows.append({"run": label, **_setting(results), "groups_on": group_on, "method": run["method"],
+                             "seed": run["seed"], "episode": run.get("episode", 0),
+                             "hparams": json.dumps(run.get("hparams", {}), sort_keys=True), "class": k,
+                             "class_name": name, "group": group[k], "test_acc": run["per_class_acc"][k],
+                             "val_acc": val[k]})
+    return pd.DataFrame(rows)
+
+
+def summarize(run_dirs: str | Path | Iterable[str | Path], group_on: str = "val", null: bool = True) -> pd.DataFrame:
+    """One row per (run, method): the protocol's columns (mean over seeds, in %), their sample SDs (``<col>_sd``),
+    the CI bounds (``<col>_ci_lo`` / ``_hi``) and the number of seeds."""
+    rows = []
+    for label, results, s in _summaries(run_dirs, group_on, null):
+        for m in s.methods:
+            row = {"run": label, **_setting(results), "groups_on": group_on, "method": m,
+                   "reference": m == s.reference, "null_control": m == s.null, "seeds": len(s.seeds[m])}
+            for c in COLUMNS + DELTA_COLUMNS:
+                row[c], row[f"{c}_sd"] = s.mean[m][c], s.std[m][c]
+            for c, (lo, hi) in s.ci.get(m, {}).items():
+                row[f"{c}_ci_lo"], row[f"{c}_ci_hi"] = lo, hi
+            rows.append(row)
+    return pd.DataFrame(rows)
