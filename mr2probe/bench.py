@@ -371,11 +371,18 @@ def _mean_std(s: Summary, method: str, col: str) -> str:
 
 def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
     """``out/summary.md``: per finished cell and method All/Hard/Worst/ΔAll/ΔHard/ΔEasy (mean ± sample SD over
-    seeds, %) and the bootstrap CI of the seed-mean ΔHard; per method the mean Δ over cells and in how many cells
-    the ΔHard CI lies above / below 0; then the skipped and failed cells."""
+    seeds, %), with test predictions HardPrec / HardRate / Sig↑/↓ (the run tables' instruments), and the
+    bootstrap CI of the seed-mean ΔHard; per run the minimum detectable ΔHard; per method the mean Δ over cells
+    and in how many cells the ΔHard CI lies above / below 0; the hard-set stability across runs of the same
+    dataset; then the skipped and failed cells."""
     import numpy as np
 
+    from .report import cell, stability_markdown
+    from .summary import hard_set_stability
+
     done = [r for r in results if r.status == "done"]
+    instruments = list(dict.fromkeys(c for r in done for c in r.summary.instrument_columns()))
+    columns = SUMMARY_COLUMNS[:-1] + instruments + SUMMARY_COLUMNS[-1:]
     lines = [f"# Benchmark suite `{suite.name}`", "",
              f"{len(done)} run(s) done, {sum(r.status == 'skipped' for r in results)} cell(s) skipped, "
              f"{sum(r.status == 'failed' for r in results)} run(s) failed. Methods: {', '.join(suite.methods)}; "
@@ -383,15 +390,24 @@ def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
              f"seeds (ddof = 1); groups ranked on {suite.train.get('groups_on', 'val')} of the reference; "
              "Δ = method − reference, paired by seed; ΔHard 95% CI: bootstrap of the seed mean over test images "
              "(draws shared by seeds and methods); `(null)`: the reference trained again on disjoint seeds, what "
-             "no effect looks like.", ""]
+             "no effect looks like."
+             + (" HardPrec: mean precision of the hard classes (%); HardRate: mean #predicted / #true of the hard "
+                "classes (1.00 = as often as they occur); Sig↑/↓: classes changed against the reference at BH "
+                "q < 0.05, up / down." if instruments else ""), ""]
     if done:
-        lines += ["| dataset | encoder | head | method | " + " | ".join(SUMMARY_COLUMNS) + " |",
-                  "|---" * (4 + len(SUMMARY_COLUMNS)) + "|"]
+        lines += ["| dataset | encoder | head | method | " + " | ".join(columns) + " |",
+                  "|---" * (4 + len(columns)) + "|"]
         for r in done:
             link = f"[{r.head}]({r.run_dir.name}/table.md)"
             for m in r.summary.methods:
                 lines.append(f"| {r.dataset} | {r.encoder} | {link} | {m} | "
-                             + " | ".join(_mean_std(r.summary, m, c) for c in SUMMARY_COLUMNS) + " |")
+                             + " | ".join(_mean_std(r.summary, m, c) if c in SUMMARY_COLUMNS
+                                          else cell(r.summary, m, c) or "—" for c in columns) + " |")
+        lines += ["", "Minimum detectable ΔHard (80% power, α = 0.05) per run:", ""]
+        lines += [f"- {r.dataset} × {r.encoder} × {r.head}: "
+                  + (f"{r.summary.mde['value']:.2f} points ({r.summary.mde['describe']})"
+                     if r.summary.mde is not None and np.isfinite(r.summary.mde["value"]) else "not available")
+                  for r in done]
         deltas: dict[str, list[list[float]]] = {}
         for r in done:
             for m in r.summary.methods:
@@ -408,6 +424,7 @@ def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
                 a = np.asarray(v, dtype=float)
                 means = " | ".join(f"{x:+.2f}" for x in np.nanmean(a[:, :3], 0))
                 lines.append(f"| {m} | {len(v)} | {means} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} |")
+        lines += stability_markdown(hard_set_stability([(r.run_dir.name, r.summary) for r in done]))
     for status, title in (("skipped", "Skipped cells"), ("failed", "Failed runs")):
         rows = [r for r in results if r.status == status]
         if rows:

@@ -9,11 +9,20 @@
     Std     = population std of acc_k over classes (ddof = 0: the classes are the whole population),
     Gap     = Easy − Hard
 All values are in % in tables.
+
+Instruments from test predictions (confusion C[true, pred], one bincount):
+    precision_k = C[k, k] / Σ_i C[i, k]  (0 if k is never predicted),  rate_k = Σ_i C[i, k] / n,
+    share_k = Σ_j C[k, j] / n;  HardPrec = mean_{k ∈ hard} precision_k (%),
+    HardRate = mean_{k ∈ hard} rate_k / share_k (1 = predicted as often as it occurs)
+    per-class paired test against the reference: exact McNemar / sign test on the images whose seed-mean
+    correctness differs (:func:`per_class_paired_test`), Benjamini–Hochberg q-values over classes
+    MDE = (z_0.975 + z_0.8) · SE(ΔHard);  Jaccard = |A ∩ B| / |A ∪ B| of hard sets
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -154,3 +163,121 @@ class Bootstrap:
         if ref is not None:
             out.update({f"Δ{k}": ci(t[k] - ref[k]) for k in t})
         return out
+
+
+# ---- per-class instruments (precision, prediction rate, paired per-class tests, MDE, hard-set stability) ------
+
+INSTRUMENT_COLUMNS = ["HardPrec", "HardRate"]
+"""Per-seed columns from test predictions (mean ± sample SD over seeds like the others; empty without
+predictions): HardPrec = mean precision_k over the hard classes (%), HardRate = mean over the hard classes of
+(#pred k)/(#true k), i.e. prediction rate over test share (1.00 = predicted as often as they occur)."""
+SIG_COLUMN = "Sig↑/↓"
+"""Classes whose accuracy changed against the reference at q < 0.05 (BH over classes), up / down."""
+Z_ALPHA, Z_POWER = NormalDist().inv_cdf(0.975), NormalDist().inv_cdf(0.8)
+"""z_{0.975} and z_{0.8}: a two-sided test at α = 0.05 with 80% power; their sum is 2.80."""
+
+
+def confusion(pred: np.ndarray, y: np.ndarray, num_classes: int) -> np.ndarray:
+    """Counts [K, K], rows the true class, columns the predicted class (one bincount)."""
+    k = num_classes
+    return np.bincount(np.asarray(y) * k + np.asarray(pred), minlength=k * k).reshape(k, k)
+
+
+def precision_per_class(conf: np.ndarray) -> np.ndarray:
+    """precision_k = (#pred k and true k) / (#pred k); 0 for a class never predicted (sklearn's zero_division=0)."""
+    n_pred = conf.sum(-2)
+    return np.diagonal(conf, axis1=-2, axis2=-1) / np.maximum(n_pred, 1)
+
+
+def prediction_rate(conf: np.ndarray) -> np.ndarray:
+    """rate_k = (#pred k) / (#test) (compare with the test share (#true k) / (#test), :func:`class_share`)."""
+    return conf.sum(-2) / np.maximum(conf.sum((-2, -1))[..., None], 1)
+
+
+def class_share(conf: np.ndarray) -> np.ndarray:
+    """share_k = (#true k) / (#test)."""
+    return conf.sum(-1) / np.maximum(conf.sum((-2, -1))[..., None], 1)
+
+
+def hard_instruments(conf: np.ndarray, hard: np.ndarray) -> dict[str, float]:
+    """HardPrec (%) = mean precision_k over ``hard``; HardRate = mean over ``hard`` of (#pred k)/(#true k)
+    (classes without test images left out); NaN without hard classes."""
+    if not len(hard):
+        return {"HardPrec": float("nan"), "HardRate": float("nan")}
+    n_true = conf.sum(1)[hard].astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a fold without any image of the hard classes
+        ratio = np.where(n_true > 0, conf.sum(0)[hard] / n_true, np.nan)
+        rate = float(np.nanmean(ratio))
+    return {"HardPrec": 100.0 * float(precision_per_class(conf)[hard].mean()), "HardRate": rate}
+
+
+def exact_mcnemar(b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Two-sided exact McNemar (sign) test on discordant counts ``b`` (only the method right) and ``c`` (only the
+    reference right): p = min(1, 2 · P(X ≤ min(b, c))), X ~ Binomial(b + c, 1/2) (= scipy.stats.binomtest, which
+    for p = 1/2 doubles the smaller tail); p = 1 without discordant pairs. Vectorised over classes."""
+    from scipy.special import bdtr  # the binomial CDF (lighter to import than scipy.stats)
+
+    b, c = np.rint(b).astype(np.int64), np.rint(c).astype(np.int64)
+    n = b + c
+    with np.errstate(invalid="ignore"):
+        p = np.minimum(1.0, 2.0 * bdtr(np.minimum(b, c), n, 0.5))
+    return np.where(n > 0, p, 1.0)
+
+
+def bh_qvalues(p: np.ndarray) -> np.ndarray:
+    """Benjamini–Hochberg q-values over the finite p-values (NaN stays NaN): q_(i) = min_{j ≥ i} m · p_(j) / j,
+    capped at 1, with p_(1) ≤ … ≤ p_(m) (= statsmodels' multipletests(method="fdr_bh")[1])."""
+    p = np.asarray(p, dtype=float)
+    q = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if not len(ok):
+        return q
+    order = ok[np.argsort(p[ok], kind="stable")]
+    ranked = p[order] * len(ok) / np.arange(1, len(ok) + 1)
+    q[order] = np.minimum(1.0, np.minimum.accumulate(ranked[::-1])[::-1])
+    return q
+
+
+def per_class_paired_test(correct: np.ndarray, ref_correct: np.ndarray, y: np.ndarray, num_classes: int
+                          ) -> dict[str, np.ndarray]:
+    """Per-class paired test of a method against the reference over test images.
+
+    ``correct`` / ``ref_correct``: [S, N] booleans, seed s of the method paired with seed s of the reference.
+    Seeds are combined per image: d_i = mean_s correct[s, i] − mean_s ref_correct[s, i] (the images are the
+    independent units; every seed counts). For class k: Δacc_k = mean of d_i over its images (= the seed-mean
+    accuracy difference, %), b_k = #images with d_i > 0, c_k = #images with d_i < 0, p_k = exact McNemar /
+    sign test on (b_k, c_k) (:func:`exact_mcnemar`; with one seed exactly McNemar's test on the discordant
+    pairs), q = Benjamini–Hochberg over the K classes (:func:`bh_qvalues`)."""
+    d = np.mean(correct, axis=0) - np.mean(ref_correct, axis=0)
+    n = np.bincount(y, minlength=num_classes).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        delta = 100.0 * np.bincount(y, weights=d, minlength=num_classes) / n
+    b = np.bincount(y, weights=d > 0, minlength=num_classes)
+    c = np.bincount(y, weights=d < 0, minlength=num_classes)
+    p = exact_mcnemar(b, c)
+    return {"delta_acc": delta, "better": b, "worse": c, "p": p, "q": bh_qvalues(p)}
+
+
+def minimum_detectable(se: float) -> float:
+    """MDE = (z_{0.975} + z_{0.8}) · SE ≈ 2.80 · SE: the true effect a two-sided test at α = 0.05 detects with
+    80% power when its estimate has standard error SE."""
+    return float((Z_ALPHA + Z_POWER) * se)
+
+
+def jaccard_matrix(members: np.ndarray) -> np.ndarray:
+    """Pairwise Jaccard |A ∩ B| / |A ∪ B| of the rows of a boolean membership matrix [n, K] (NaN for two empty
+    sets)."""
+    m = np.asarray(members, dtype=float)
+    inter = m @ m.T
+    union = m.sum(1)[:, None] + m.sum(1)[None, :] - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return inter / union
+
+
+def mean_pairwise_jaccard(members: np.ndarray) -> float:
+    """Mean Jaccard over the n(n−1)/2 pairs of rows (NaN with fewer than two rows)."""
+    if len(members) < 2:
+        return float("nan")
+    j = jaccard_matrix(members)[np.triu_indices(len(members), 1)]
+    return float(j[np.isfinite(j)].mean()) if np.isfinite(j).any() else float("nan")

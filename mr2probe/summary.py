@@ -1,20 +1,52 @@
 """The results' table model: one run's results.json (+ test predictions) → :class:`Summary`, the protocol's
 columns per method (mean and sample SD over seeds, Δ to the reference paired by seed, bootstrap CIs of the seed
-means) with the class groups and how they were ranked. Below the writers (report, plots, bench), which only
-render a Summary."""
+means) with the class groups and how they were ranked, and the per-class instruments from the test predictions
+(precision and prediction rate, the hard classes' top confusions, per-class paired tests with BH q-values, the
+minimum detectable ΔHard, the stability of the hard set over seeds). Below the writers (report, plots, bench),
+which only render a Summary."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from .errors import UserError
-from .metrics import (COLUMNS, DELTA_COLUMNS, GROUPS_ON, Bootstrap, Fold, Groups, class_groups, disparity_row,
-                      null_name, per_class_accuracy, stratified_halves)
+from .metrics import (COLUMNS, DELTA_COLUMNS, GROUPS_ON, INSTRUMENT_COLUMNS, SIG_COLUMN, Z_ALPHA, Z_POWER, Bootstrap,
+                      Fold, Groups, class_groups, confusion, disparity_row, hard_instruments, jaccard_matrix,
+                      mean_pairwise_jaccard, minimum_detectable, null_name, per_class_accuracy,
+                      per_class_paired_test, precision_per_class, prediction_rate, stratified_halves)
 
 LOWER_IS_BETTER = frozenset({"Std", "Gap"})
-HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS)
+HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS) | {"HardPrec"}
+SIG_Q = 0.05  # q-value threshold of the Sig↑/↓ counts
+TOP_CONFUSIONS = 3
+INSTRUMENTS_DEFINITIONS = {
+    "precision": "precision_k = (#pred k and true k) / (#pred k) over all test images, 0 for a class never "
+                 "predicted (sklearn's zero_division=0); mean over seeds",
+    "prediction_rate": "rate_k = (#pred k) / (#test); compare with test_share_k = (#true k) / (#test); "
+                       "rate_over_share_k = (#pred k) / (#true k), 1 = predicted as often as it occurs",
+    "HardPrec": "mean precision_k over the hard classes (%), per seed; mean ± sample SD over seeds; crossfit: each "
+                "half's hard classes on that half, the halves averaged (like Hard)",
+    "HardRate": "mean over the hard classes of (#pred k) / (#true k), per seed, like HardPrec; > 1: the hard "
+                "classes are over-predicted (recall bought with precision)",
+    "hard_confusions": "per hard class (union over folds), the 3 classes its test images are most often predicted "
+                       "as, counts summed over seeds; fraction = count / (#test images of the class × #seeds)",
+    "significance": "per class, method vs the reference, seed s paired with the reference's seed s (the first "
+                    "min(S_method, S_ref) seeds): per test image d_i = mean_s correct_method − mean_s correct_ref; "
+                    "delta_acc_k = mean of d_i over the class's images (points of %); p_k = two-sided exact McNemar "
+                    "(sign) test on b_k = #{d_i > 0}, c_k = #{d_i < 0} (one seed: McNemar on the discordant pairs); "
+                    "q = Benjamini-Hochberg over the K classes; Sig↑/↓ = #classes with q < 0.05 and delta_acc > 0 "
+                    "/ < 0",
+    "mde": "MDE = (z_0.975 + z_0.8) × SE(ΔHard) ≈ 2.80 × SE, SE of the table's seed-mean ΔHard, the first of: "
+           "null control: SD over its S ≥ 2 seeds (ddof = 1) of its per-seed ΔHard / √S; null control, bootstrap: "
+           "bootstrap SD of its seed-mean ΔHard; reference: √2 × SD over S ≥ 2 seeds of the reference's Hard / √S; "
+           "reference, bootstrap: √2 × bootstrap SD of the reference's seed-mean Hard (ignores pairing, "
+           "conservative); 'alternatives': each one computable",
+    "hard_set_stability": "mean over seed pairs of the Jaccard index |A ∩ B| / |A ∪ B| of the reference's per-seed "
+                          "hard sets (each seed's classes ranked on its own val accuracy, bottom ⌊K/3⌋)",
+}
 
 @dataclass
 class Summary:
@@ -36,6 +68,46 @@ class Summary:
     group_on: str = "val"
     folds: list[Fold] = field(default_factory=list)
     null: str | None = None  # the null control's method name, when the run has one
+    dataset: str = "?"
+    encoder: str = "?"
+    # instruments from test predictions (empty without predictions.npz); method → ...
+    precision: dict[str, np.ndarray] = field(default_factory=dict)  # per-class precision [S, K] (all of test)
+    pred_rate: dict[str, np.ndarray] = field(default_factory=dict)  # per-class prediction rate [S, K]
+    share: np.ndarray | None = None  # per-class share of test [K]
+    confusions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # top confusions of each hard class
+    significance: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # per-class paired test vs ref
+    mde: dict[str, Any] | None = None  # minimum detectable ΔHard: value (points), se, source
+    seed_stability: dict[str, Any] = field(default_factory=dict)  # Jaccard of the reference's per-seed hard sets
+
+    def instrument_columns(self) -> list[str]:
+        """The instrument columns this table has: HardPrec, HardRate where some method has test predictions,
+        Sig↑/↓ where some method was tested against the reference."""
+        have = [c for c in INSTRUMENT_COLUMNS if any(c in self.mean[m] for m in self.methods)]
+        return have + ([SIG_COLUMN] if self.significance else [])
+
+    def sig_counts(self, method: str) -> tuple[int, int] | None:
+        """(#classes up, #classes down) at q < 0.05 against the reference; None without the test."""
+        sig = self.significance.get(method)
+        if sig is None:
+            return None
+        hit = sig["q"] < SIG_Q
+        return int(np.sum(hit & (sig["delta_acc"] > 0))), int(np.sum(hit & (sig["delta_acc"] < 0)))
+
+    def instruments_dict(self) -> dict[str, Any]:
+        """The instruments for summary.json (lists in class order; undefined values as null)."""
+        with np.errstate(invalid="ignore", divide="ignore"):  # a class without test images: null
+            per_class = {m: {"precision": _jsonable(self.precision[m].mean(0)),
+                             "prediction_rate": _jsonable(self.pred_rate[m].mean(0)),
+                             "rate_over_share": _jsonable(self.pred_rate[m].mean(0) / self.share)}
+                         for m in self.methods if m in self.precision}
+        sig = {m: {"delta_acc": _jsonable(v["delta_acc"]), "p": _jsonable(v["p"]), "q": _jsonable(v["q"]),
+                   "better": v["better"].astype(int).tolist(), "worse": v["worse"].astype(int).tolist(),
+                   "up": self.sig_counts(m)[0], "down": self.sig_counts(m)[1]}
+               for m, v in self.significance.items()}
+        return {"definitions": INSTRUMENTS_DEFINITIONS, "classes": self.class_names,
+                "test_share": _jsonable(self.share) if self.share is not None else None,
+                "per_class": per_class, "hard_confusions": self.confusions, "significance": sig,
+                "sig_threshold_q": SIG_Q}
 
     def as_dict(self) -> dict[str, Any]:
         return {"title": self.title, "reference": self.reference, "null_control": self.null,
@@ -45,13 +117,15 @@ class Summary:
                 "spread": "sample standard deviation over seeds (ddof = 1)",
                 "ci": "95% percentile bootstrap of the seed mean: 1000 draws of test images (seed 0) shared by all "
                       "seeds and methods, each draw averaging the per-seed statistic",
-                "mean": self.mean, "std": self.std, "ci_values": self.ci, "seeds": self.seeds}
+                "mean": self.mean, "std": self.std, "ci_values": self.ci, "seeds": self.seeds,
+                "minimum_detectable_delta_hard": self.mde, "hard_set_stability_seeds": self.seed_stability,
+                "instruments": self.instruments_dict()}
 
     def best(self, col: str) -> set[str]:
         """Methods holding the best displayed value of ``col`` (empty for CI columns or < 2 candidates); neither
         the null control nor, in Δ columns, the reference is a candidate."""
         cands = [m for m in self.methods if m != self.null and not (col in DELTA_COLUMNS and m == self.reference)]
-        return best_of({m: self.mean[m][col] for m in cands}, col) if col in self.mean[self.methods[0]] else set()
+        return best_of({m: self.mean[m][col] for m in cands if col in self.mean[m]}, col)
 
     def header(self) -> str:
         """What every table states: spread, groups and CIs."""
@@ -99,7 +173,11 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     """Groups from the reference (``group_on``: val, crossfit or test, :data:`GROUPS_ON`), then every column per
     method: mean and sample SD (ddof = 1) over seeds, Δ to the reference paired seed by seed (the i-th seed of a
     method with the reference's i-th), and bootstrap CIs of the seed means (:class:`Bootstrap`). ``null``: keep
-    the null control's rows (the reference on disjoint seeds) when the run has them."""
+    the null control's rows (the reference on disjoint seeds) when the run has them. With test predictions also
+    the instruments (:data:`INSTRUMENTS_DEFINITIONS`): HardPrec / HardRate per seed like the other columns,
+    per-class precision and prediction rate, the hard classes' top confusions, per-class paired tests against
+    the reference with BH q-values; with or without them the minimum detectable ΔHard
+    (:func:`detectable_delta_hard`) and the hard-set stability over the reference's seeds (:func:`seed_stability`)."""
     if group_on not in GROUPS_ON:
         raise UserError(f"--groups-on must be one of {', '.join(GROUPS_ON)}, got {group_on!r}")
     by_method: dict[str, list[dict[str, Any]]] = {}
@@ -138,20 +216,26 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     ref_rows = [row(r) for r in ref_runs]
     ref_t = boot.seed_mean([predictions[f"{reference}/{r['seed']}"] for r in ref_runs]) \
         if boot is not None and have_preds(ref_runs) else None
-    mean, std, ci, seeds, per_seed, accs = {}, {}, {}, {}, {}, {}
+    ins = _Instruments(y, folds, k, list(results["class_names"]))
+    if y is not None and have_preds(ref_runs):
+        ins.ref_correct = np.array([predictions[f"{reference}/{r['seed']}"] == y for r in ref_runs])
+    mean, std, ci, seeds, per_seed, accs, draws = {}, {}, {}, {}, {}, {}, {}
     for method, runs in by_method.items():
         accs[method] = np.array([r["per_class_acc"] for r in runs], dtype=float)
         rows = [row(r) for r in runs]
         cols = {c: np.array([rw[c] for rw in rows]) for c in COLUMNS}
         for d, c in zip(DELTA_COLUMNS, ("Hard", "Easy", "All")):
             cols[d] = np.array([rw[c] - ref_rows[i][c] if i < len(ref_rows) else np.nan for i, rw in enumerate(rows)])
+        if have_preds(runs):
+            preds = [predictions[f"{method}/{r['seed']}"] for r in runs]
+            cols.update(ins.add(method, preds, method != reference))
         mean[method] = {c: float(np.nanmean(v)) for c, v in cols.items()}
         std[method] = {c: sample_sd(v) for c, v in cols.items()}
         seeds[method] = [r["seed"] for r in runs]
         per_seed[method] = cols
         if boot is not None and have_preds(runs):
-            t = boot.seed_mean([predictions[f"{method}/{r['seed']}"] for r in runs])
-            ci[method] = boot.cis(t, ref_t if method != reference else None)
+            draws[method] = boot.seed_mean(preds)
+            ci[method] = boot.cis(draws[method], ref_t if method != reference else None)
     prov = results.get("provenance", {})
     title = f"{prov.get('encoder', '?')} on {prov.get('dataset', '?')}, {results.get('head', '?')} head, " \
             f"adapter {results.get('adapter', 'none')}"
@@ -159,7 +243,158 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     if profile.get("kind", "full") != "full":
         title += f", train: {profile.get('describe', profile.get('text'))}"
     return Summary(list(by_method), reference, folds[0].groups, mean, std, ci, seeds, title, per_seed, accs,
-                   rank_acc, list(results["class_names"]), group_on, folds, null_method)
+                   rank_acc, list(results["class_names"]), group_on, folds, null_method,
+                   dataset=str(prov.get("dataset", "?")), encoder=str(prov.get("encoder", "?")),
+                   precision=ins.precision, pred_rate=ins.rate, share=ins.share, confusions=ins.confusions,
+                   significance=ins.significance,
+                   mde=detectable_delta_hard(per_seed, draws, reference, null_method),
+                   seed_stability=seed_stability(ref_runs, list(results["class_names"])))
+
+
+class _Instruments:
+    """The per-class instruments of :func:`summarize` from test predictions, method by method (bincount-based;
+    loops over seeds and folds only)."""
+
+    def __init__(self, y: np.ndarray | None, folds: list[Fold], k: int, names: list[str]) -> None:
+        self.y, self.folds, self.k, self.names = y, folds, k, names
+        self.hard = np.unique(np.concatenate([f.groups.hard for f in folds])).astype(int)
+        self.ref_correct: np.ndarray | None = None  # [S_ref, N]
+        self.precision: dict[str, np.ndarray] = {}
+        self.rate: dict[str, np.ndarray] = {}
+        self.share = np.bincount(y, minlength=k) / len(y) if y is not None else None
+        self.confusions: dict[str, list[dict[str, Any]]] = {}
+        self.significance: dict[str, dict[str, np.ndarray]] = {}
+
+    def add(self, method: str, preds: list[np.ndarray], test: bool) -> dict[str, np.ndarray]:
+        """Record one method's instruments; return its per-seed columns HardPrec, HardRate ([S])."""
+        y, k = self.y, self.k
+        per_seed, confs = [], []
+        for pred in preds:
+            fold_conf = [confusion(pred[f.rows], y[f.rows], k) for f in self.folds]
+            parts = [hard_instruments(c, f.groups.hard) for c, f in zip(fold_conf, self.folds)]
+            per_seed.append({c: float(np.mean([p[c] for p in parts])) for c in INSTRUMENT_COLUMNS})
+            confs.append(np.sum(fold_conf, axis=0))  # the folds partition test (or one fold is all of it)
+        conf = np.array(confs)  # [S, K, K]
+        self.precision[method] = precision_per_class(conf)
+        self.rate[method] = prediction_rate(conf)
+        self.confusions[method] = self._top(conf.sum(0), len(preds))
+        if test and self.ref_correct is not None:
+            n = min(len(preds), len(self.ref_correct))
+            correct = np.array([p == y for p in preds[:n]])
+            self.significance[method] = per_class_paired_test(correct, self.ref_correct[:n], y, k)
+        return {c: np.array([r[c] for r in per_seed]) for c in INSTRUMENT_COLUMNS}
+
+    def _top(self, conf: np.ndarray, n_seeds: int) -> list[dict[str, Any]]:
+        """Per hard class: where its errors go (top 3 by count, ties by class index), summed over seeds."""
+        rows = conf[self.hard].astype(float)  # [H, K]
+        rows[np.arange(len(self.hard)), self.hard] = -1  # not an error
+        order = np.argsort(-rows, axis=1, kind="stable")[:, :TOP_CONFUSIONS]
+        out = []
+        for i, h in enumerate(self.hard):
+            n = int(conf[h].sum()) // max(n_seeds, 1)  # test images of the class
+            top = [{"to": self.names[j], "index": int(j), "count": int(conf[h, j]),
+                    "fraction": float(conf[h, j] / max(n * n_seeds, 1))} for j in order[i] if rows[i, j] > 0]
+            out.append({"class": self.names[h], "index": int(h), "test_images": n, "seeds": n_seeds,
+                        "accuracy": float(conf[h, h] / max(n * n_seeds, 1)),
+                        "errors": int(conf[h].sum() - conf[h, h]), "top": top})
+        return out
+
+
+def detectable_delta_hard(per_seed: dict[str, dict[str, np.ndarray]], draws: dict[str, dict[str, np.ndarray]],
+                          reference: str, null: str | None) -> dict[str, Any] | None:
+    """Minimum detectable ΔHard (points of %; 80% power, two-sided α = 0.05): MDE = (z_0.975 + z_0.8) · SE with
+    SE the standard error of the table's seed-mean ΔHard, from the first available of
+
+    1. ``null control``: SE = SD_null / √S, SD_null the sample SD (ddof = 1) of the null control's S ≥ 2 per-seed
+       ΔHard (its spread is what ΔHard looks like without an effect, on this test set);
+    2. ``null control, bootstrap`` (one seed): SE = bootstrap SD of its seed-mean ΔHard (the CIs' draws);
+    3. ``reference`` (no null control, S ≥ 2 reference seeds): SE = √2 · SD_ref(Hard) / √S — case 1 with the
+       null's per-seed ΔHard = Hard(null_s) − Hard(ref_s) of two independent seeds, each as variable as the
+       reference's;
+    4. ``reference, bootstrap`` (one reference seed): SE = √2 · bootstrap SD of the reference's seed-mean Hard.
+       This treats the two arms as scored on independent test sets and ignores the pairing on the same images,
+       so it over-states the MDE (on the Fashion-MNIST × EfficientNet-Lite0 run about 12× case 1);
+
+    None when none applies. ``alternatives`` holds every one that can be computed, to compare."""
+    factor = Z_ALPHA + Z_POWER
+    alt: dict[str, float] = {}
+    d = per_seed[null]["ΔHard"] if null is not None else np.zeros(0)
+    d = d[np.isfinite(d)]
+    if len(d) >= 2:
+        alt["null control"] = float(np.std(d, ddof=1) / math.sqrt(len(d)))
+    if null is not None and null in draws and reference in draws:
+        alt["null control, bootstrap"] = _boot_sd(draws[null]["Hard"] - draws[reference]["Hard"])
+    h = per_seed[reference]["Hard"]
+    h = h[np.isfinite(h)]
+    if len(h) >= 2:
+        alt["reference"] = float(math.sqrt(2.0) * np.std(h, ddof=1) / math.sqrt(len(h)))
+    if reference in draws:
+        alt["reference, bootstrap"] = math.sqrt(2.0) * _boot_sd(draws[reference]["Hard"])
+    alt = {k: v for k, v in alt.items() if np.isfinite(v)}
+    if not alt:
+        return None
+    why = "no null control" if null is None else "null control without predictions or 2 seeds"
+    describe = {"null control": f"from the null control: {factor:.2f} × SD over {len(d)} seeds of its ΔHard / "
+                                f"√{len(d)}",
+                "null control, bootstrap": f"from the null control: {factor:.2f} × bootstrap SE of its seed-mean "
+                                           "ΔHard (one seed)",
+                "reference": f"{why}, from the reference: {factor:.2f} × √2 × SD over {len(h)} seeds of its Hard / "
+                             f"√{len(h)}",
+                "reference, bootstrap": f"{why}, from the reference: {factor:.2f} × √2 × bootstrap SE of its "
+                                        "seed-mean Hard (one seed; ignores the pairing on the same test images, "
+                                        "conservative)"}
+    source = next(iter(alt))
+    return {"value": minimum_detectable(alt[source]), "se": alt[source], "factor": factor, "source": source,
+            "describe": describe[source], "alternatives": {k: minimum_detectable(v) for k, v in alt.items()}}
+
+
+def _boot_sd(v: np.ndarray) -> float:
+    """Sample SD (in points of %) of bootstrap draws (fractions), NaN draws left out."""
+    v = 100.0 * v[np.isfinite(v)]
+    return float(np.std(v, ddof=1)) if len(v) > 1 else float("nan")
+
+
+def seed_stability(ref_runs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Mean pairwise Jaccard of the reference's per-seed hard sets, each seed ranked on its own val accuracy
+    (on test where the runs have no val accuracy); the per-seed hard sets too. value None with one seed."""
+    key, on = ("val_per_class_acc", "val") if all("val_per_class_acc" in r for r in ref_runs) else \
+        ("per_class_acc", "test")
+    members = np.zeros((len(ref_runs), len(names)), dtype=bool)
+    for i, r in enumerate(ref_runs):
+        members[i, class_groups(np.asarray(r[key], dtype=float)).hard] = True
+    j = mean_pairwise_jaccard(members)
+    return {"value": j if np.isfinite(j) else None, "seeds": len(ref_runs),
+            "pairs": len(ref_runs) * (len(ref_runs) - 1) // 2, "ranked_on": on,
+            "hard_sets": {str(r["seed"]): [names[c] for c in np.flatnonzero(m)] for r, m in zip(ref_runs, members)}}
+
+
+def hard_set_stability(items: Sequence[tuple[str, Summary]]) -> dict[str, dict[str, Any]]:
+    """Across runs of the same dataset (``Summary.dataset``, from results["provenance"]["dataset"]): pairwise
+    Jaccard of the runs' hard sets (the groups shown; by class name) and their mean. Datasets with one run are
+    left out."""
+    by_ds: dict[str, list[tuple[str, Summary]]] = {}
+    for label, s in items:
+        by_ds.setdefault(s.dataset, []).append((label, s))
+    out = {}
+    for ds, runs in by_ds.items():
+        if len(runs) < 2:
+            continue
+        names = list(dict.fromkeys(n for _, s in runs for n in s.class_names))
+        col = {n: i for i, n in enumerate(names)}
+        members = np.zeros((len(runs), len(names)), dtype=bool)
+        for i, (_, s) in enumerate(runs):
+            members[i, [col[s.class_names[c]] for c in s.groups.hard]] = True
+        jm = jaccard_matrix(members)
+        pairs = [{"a": runs[a][0], "b": runs[b][0], "jaccard": float(jm[a, b]) if np.isfinite(jm[a, b]) else None}
+                 for a, b in zip(*np.triu_indices(len(runs), 1))]
+        j = mean_pairwise_jaccard(members)
+        out[ds] = {"runs": [lab for lab, _ in runs], "pairs": pairs, "mean": j if np.isfinite(j) else None}
+    return out
+
+
+def _jsonable(v: np.ndarray) -> list[float | None]:
+    """A float list with NaN/Inf as None."""
+    return [float(x) if np.isfinite(x) else None for x in np.asarray(v, dtype=float)]
 
 
 def sample_sd(v: np.ndarray) -> float:

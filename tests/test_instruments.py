@@ -1,0 +1,351 @@
+"""Per-class instruments (issue "per-class instruments"), on hand-computable cases: per-class precision and
+prediction rate, HardPrec / HardRate revealing recall bought by over-predicting the hard classes, the hard
+classes' top confusions, exact McNemar per class, Benjamini–Hochberg q-values, the minimum detectable ΔHard,
+the Jaccard stability of the hard set (over seeds and across runs of one dataset), the new columns in every
+table format and summary.json, and runs without predictions.npz."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from mr2probe.bench import CellResult, Suite, write_summary
+from mr2probe.metrics import (COLUMNS, DELTA_COLUMNS, Z_ALPHA, Z_POWER, bh_qvalues, confusion, exact_mcnemar,
+                              hard_instruments, jaccard_matrix, mean_pairwise_jaccard, per_class_accuracy,
+                              per_class_paired_test, precision_per_class, prediction_rate, class_share)
+from mr2probe.report import (load_predictions, load_results, report_run, run_report, to_csv, to_html, to_latex,
+                             to_markdown)
+from mr2probe.summary import detectable_delta_hard, hard_set_stability, seed_stability, summarize
+
+K, N = 6, 20  # classes, test images per class
+MDE_FACTOR = 1.959963984540054 + 0.8416212335729143  # z_0.975 + z_0.8
+
+
+def predict(acc: list[float], to: int = 1) -> np.ndarray:
+    """Test predictions (labels np.repeat(arange(K), N)): the first round(acc_k · N) images of class k right,
+    the rest predicted as class (k + to) % K."""
+    y = np.repeat(np.arange(K), N)
+    right = np.concatenate([np.arange(N) < round(a * N) for a in acc])
+    return np.where(right, y, (y + to) % K)
+
+
+REF = [0.9, 0.5, 0.9, 0.5, 0.9, 0.9]  # ce: hard = {1, 3}, easy = {4, 5} (stable ranking), medium = {0, 2}
+
+
+def overpredict() -> np.ndarray:
+    """Predicts only the hard classes 1 and 3: right on all of their images, every other image alternately 1, 3."""
+    y = np.repeat(np.arange(K), N)
+    other = np.where(np.arange(len(y)) % 2 == 0, 1, 3)
+    return np.where((y == 1) | (y == 3), y, other)
+
+
+def mixed() -> np.ndarray:
+    """Right everywhere except hard class 3: 10 right, 5 → 4, 3 → 5, 1 → 0, 1 → 2."""
+    y = np.repeat(np.arange(K), N)
+    pred = y.copy()
+    pred[y == 3] = [3] * 10 + [4] * 5 + [5] * 3 + [0, 2]
+    return pred
+
+
+def write_run(run_dir: Path, preds: dict[str, list[np.ndarray]], with_predictions: bool = True,
+              dataset: str = "hand_ds", encoder: str = "hand_enc", seeds: dict[str, list[int]] | None = None
+              ) -> Path:
+    """results.json (per_class_acc from the predictions; val = test accuracy) and predictions.npz."""
+    y = np.repeat(np.arange(K), N)
+    runs, npz = [], {"test_labels": y}
+    for method, per_seed in preds.items():
+        for i, p in enumerate(per_seed):
+            seed = (seeds or {}).get(method, list(range(len(per_seed))))[i]
+            acc = per_class_accuracy(p, y, K).tolist()
+            runs.append({"method": method, "seed": seed, "hparams": {}, "per_class_acc": acc,
+                         "val_per_class_acc": acc})
+            npz[f"{method}/{seed}"] = p
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "results.json").write_text(json.dumps({
+        "class_names": [f"c{i}" for i in range(K)], "test_class_counts": [N] * K, "reference": "ce",
+        "head": "linear", "adapter": "none", "provenance": {"encoder": encoder, "dataset": dataset}, "runs": runs}))
+    if with_predictions:
+        np.savez(run_dir / "predictions.npz", **{k.replace("/", "__"): v for k, v in npz.items()})
+    return run_dir
+
+
+def hand_run(run_dir: Path, with_predictions: bool = True) -> Path:
+    """ce (2 seeds), its null control (seeds 2, 3: seed 3 one more error in hard class 1), overpredict, mixed."""
+    null1 = predict(REF)
+    null1[N + 9] = 2  # class 1, image 9: ce is right on it (first 10 right)
+    return write_run(run_dir, {"ce": [predict(REF)] * 2, "ce (null)": [predict(REF), null1],
+                               "overpredict": [overpredict()] * 2, "mixed": [mixed()] * 2},
+                     with_predictions, seeds={"ce (null)": [2, 3]})
+
+
+# ---- metrics ------------------------------------------------------------------------------------------------
+
+def test_precision_and_prediction_rate_on_a_tiny_confusion() -> None:
+    y = np.array([0, 0, 0, 1, 1, 2])
+    pred = np.array([0, 0, 1, 1, 1, 1])
+    conf = confusion(pred, y, 3)
+    assert conf.tolist() == [[2, 1, 0], [0, 2, 0], [0, 1, 0]]
+    assert precision_per_class(conf) == pytest.approx([1.0, 0.5, 0.0])  # class 2 never predicted → 0
+    assert prediction_rate(conf) == pytest.approx([2 / 6, 4 / 6, 0.0])
+    assert class_share(conf) == pytest.approx([3 / 6, 2 / 6, 1 / 6])
+    assert hard_instruments(conf, np.array([1])) == pytest.approx({"HardPrec": 50.0, "HardRate": 2.0})
+    assert hard_instruments(conf, np.array([1, 2])) == pytest.approx({"HardPrec": 25.0, "HardRate": 1.0})
+    stacked = np.array([conf, confusion(y, y, 3)])  # leading seed axis
+    assert precision_per_class(stacked)[1] == pytest.approx([1.0, 1.0, 1.0])
+    assert prediction_rate(stacked)[1] == pytest.approx(class_share(conf))
+
+
+def test_exact_mcnemar_on_hand_computable_2x2() -> None:
+    # b = 1 (method right only), c = 9 (reference right only): p = 2 · P(X ≤ 1), X ~ Bin(10, 1/2) = 2 · 11 / 1024
+    assert exact_mcnemar(np.array([1]), np.array([9]))[0] == pytest.approx(22 / 1024)
+    assert exact_mcnemar(np.array([0, 3, 0]), np.array([0, 3, 6])) == pytest.approx([1.0, 1.0, 2 / 64])
+    rng = np.random.default_rng(0)
+    b, c = rng.integers(0, 40, 200), rng.integers(0, 40, 200)
+    ref = [binomtest(int(x), int(x + z), 0.5).pvalue if x + z else 1.0 for x, z in zip(b, c)]
+    assert exact_mcnemar(b, c) == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+    # the 2×2 table of class 0 (one seed): 5 both right, 1 only the method, 9 only the reference, 5 both wrong
+    y = np.zeros(20, dtype=int)
+    method = np.array([1] * 5 + [1] + [0] * 9 + [0] * 5, dtype=bool)
+    ref_ok = np.array([1] * 5 + [0] + [1] * 9 + [0] * 5, dtype=bool)
+    t = per_class_paired_test(method[None], ref_ok[None], y, 1)
+    assert (t["better"][0], t["worse"][0]) == (1, 9) and t["p"][0] == pytest.approx(22 / 1024)
+    assert t["delta_acc"][0] == pytest.approx(100 * (6 - 14) / 20)
+    # two seeds: per image the seed-mean correctness; an image right in one of the method's two seeds and in
+    # neither of the reference's counts as better (d = +1/2), one right in both of each arm not at all
+    two = per_class_paired_test(np.array([[1, 1, 0], [0, 1, 0]], dtype=bool),
+                                np.array([[0, 1, 1], [0, 1, 1]], dtype=bool), np.zeros(3, dtype=int), 1)
+    assert (two["better"][0], two["worse"][0]) == (1, 1) and two["delta_acc"][0] == pytest.approx(100 * -0.5 / 3)
+
+
+def _bh_by_definition(p: list[float]) -> list[float]:
+    """q_i = min over j with p_j ≥ p_i of min(1, m · p_j / rank_j), written out (ranks of the sorted p-values)."""
+    m, order = len(p), sorted(range(len(p)), key=lambda i: p[i])
+    rank = {i: r + 1 for r, i in enumerate(order)}
+    return [min(min(1.0, m * p[j] / rank[j]) for j in range(m) if rank[j] >= rank[i]) for i in range(m)]
+
+
+def test_benjamini_hochberg_hand_case_and_reference() -> None:
+    # sorted 0.01, 0.03, 0.04, 0.2 → m·p/rank = 0.04, 0.06, 0.0533, 0.2 → running min from the top
+    assert bh_qvalues(np.array([0.01, 0.04, 0.03, 0.2])) == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.2])
+    assert bh_qvalues(np.array([0.01, 0.02, 0.03, 0.04, 0.05])) == pytest.approx([0.05] * 5)  # R: p.adjust "BH"
+    q = bh_qvalues(np.array([0.02, np.nan, 0.5]))  # NaN is not a test: m = 2
+    assert q[0] == pytest.approx(0.04) and np.isnan(q[1]) and q[2] == pytest.approx(0.5)
+    assert bh_qvalues(np.array([0.9, 0.8])) == pytest.approx([0.9, 0.9]) and bh_qvalues(np.array([0.7]))[0] == 0.7
+    p = np.random.default_rng(1).uniform(0, 0.2, 40) ** 2
+    assert bh_qvalues(p) == pytest.approx(_bh_by_definition(p.tolist()))
+    try:
+        from statsmodels.stats.multitest import multipletests
+    except ImportError:  # statsmodels is not a dependency: the definition above is the reference then
+        return
+    assert bh_qvalues(p) == pytest.approx(multipletests(p, method="fdr_bh")[1])
+
+
+def test_jaccard() -> None:
+    m = np.array([[1, 1, 0, 0], [0, 1, 1, 0], [1, 1, 0, 0]], dtype=bool)
+    assert jaccard_matrix(m) == pytest.approx(np.array([[1, 1 / 3, 1], [1 / 3, 1, 1 / 3], [1, 1 / 3, 1]]))
+    assert mean_pairwise_jaccard(m) == pytest.approx((1 / 3 + 1 + 1 / 3) / 3)
+    assert math.isnan(mean_pairwise_jaccard(m[:1]))
+    # the reference's per-seed hard sets, each seed ranked on its own val accuracy (K = 6: 2 hard classes)
+    runs = [{"seed": 0, "val_per_class_acc": [0.1, 0.2, 0.9, 0.9, 0.9, 0.9]},  # {0, 1}
+            {"seed": 1, "val_per_class_acc": [0.9, 0.2, 0.1, 0.9, 0.9, 0.9]},  # {1, 2}
+            {"seed": 2, "val_per_class_acc": [0.1, 0.2, 0.9, 0.9, 0.9, 0.9]}]  # {0, 1}
+    st = seed_stability(runs, [f"c{i}" for i in range(K)])
+    assert st["value"] == pytest.approx(5 / 9) and st["pairs"] == 3 and st["ranked_on"] == "val"
+    assert st["hard_sets"]["1"] == ["c1", "c2"]
+
+
+# ---- the table model ------------------------------------------------------------------------------------------
+
+def test_hardprec_reveals_recall_bought_by_over_prediction(tmp_path: Path) -> None:
+    d = hand_run(tmp_path / "run")
+    s = summarize(load_results(d), load_predictions(d))
+    assert s.groups.hard.tolist() == [1, 3]
+    # overpredict: all of the hard classes' images right → Hard 100, ΔHard +50, but each hard class is predicted
+    # 60 times (its 20 + half of the other 80) for 20 images: precision 1/3, rate / share 3
+    assert s.mean["overpredict"]["Hard"] == pytest.approx(100.0) and s.mean["overpredict"]["ΔHard"] == 50.0
+    assert s.mean["overpredict"]["HardPrec"] == pytest.approx(100 / 3)
+    assert s.mean["overpredict"]["HardRate"] == pytest.approx(3.0)
+    # ce: class 1 predicted 10 (own) + 2 (class 0's errors) = 12 times, 10 right; the same for class 3
+    assert s.mean["ce"]["HardPrec"] == pytest.approx(100 * 10 / 12) and s.mean["ce"]["HardRate"] == pytest.approx(0.6)
+    assert s.std["ce"]["HardPrec"] == 0.0
+    assert s.best("Hard") == {"overpredict"} and s.best("HardPrec") == {"mixed"}  # mixed: never over-predicts
+    # per class over all of test, mean over seeds
+    assert s.precision["overpredict"].mean(0)[[1, 3]] == pytest.approx([1 / 3, 1 / 3])
+    assert s.pred_rate["overpredict"].mean(0) == pytest.approx([0, 0.5, 0, 0.5, 0, 0])
+    assert s.share == pytest.approx([1 / K] * K)
+    # per-class tests against ce: overpredict better on 10 images of each hard class (p = 2 / 2^10), worse on
+    # the 18 ce gets right of every other class (p = 2 / 2^18); all 6 survive BH
+    sig = s.significance["overpredict"]
+    assert sig["p"][1] == pytest.approx(2 / 2 ** 10) and sig["p"][0] == pytest.approx(2 / 2 ** 18)
+    assert sig["delta_acc"].tolist() == pytest.approx([-90, 50, -90, 50, -90, -90])
+    assert s.sig_counts("overpredict") == (2, 4) and s.sig_counts("ce") is None
+    # mixed: right on class 3's first 10 images as ce → no discordant pair there; better on class 1's 10 ce
+    # errors (p = 2 / 2^10, q = 6p) and on the 2 ce errors of classes 0, 2, 4, 5 (p = 0.5): one class up
+    mx = s.significance["mixed"]
+    assert mx["p"].tolist() == pytest.approx([0.5, 2 / 2 ** 10, 0.5, 1.0, 0.5, 0.5])
+    assert mx["q"][1] == pytest.approx(6 * 2 / 2 ** 10) and s.sig_counts("mixed") == (1, 0)
+
+
+def test_top_confusions_of_the_hard_classes(tmp_path: Path) -> None:
+    d = hand_run(tmp_path / "run")
+    s = summarize(load_results(d), load_predictions(d))
+    by_class = {e["class"]: e for e in s.confusions["mixed"]}
+    c3 = by_class["c3"]
+    assert list(by_class) == ["c1", "c3"] and c3["test_images"] == N and c3["seeds"] == 2 and c3["errors"] == 20
+    # summed over 2 seeds: 5 → c4, 3 → c5, then a tie of 1 between c0 and c2 broken by class index
+    assert [(t["to"], t["count"]) for t in c3["top"]] == [("c4", 10), ("c5", 6), ("c0", 2)]
+    assert [t["fraction"] for t in c3["top"]] == pytest.approx([0.25, 0.15, 0.05])
+    assert by_class["c1"]["top"] == [] and by_class["c1"]["accuracy"] == 1.0
+    ce1 = s.confusions["ce"][0]
+    assert ce1["top"] == [{"to": "c2", "index": 2, "count": 20, "fraction": 0.5}] and ce1["accuracy"] == 0.5
+
+
+def test_minimum_detectable_delta_hard_formula(tmp_path: Path) -> None:
+    assert Z_ALPHA + Z_POWER == pytest.approx(MDE_FACTOR)
+    # 1. null control's per-seed ΔHard 1, 2, 3: SD 1 → SE 1/√3
+    per_seed = {"ce": {"Hard": np.array([80.0, 82.0, 81.0])}, "ce (null)": {"ΔHard": np.array([1.0, 2.0, 3.0])}}
+    draws = {"ce": {"Hard": np.array([0.5, 0.6])}, "ce (null)": {"Hard": np.array([0.5, 0.7])}}
+    mde = detectable_delta_hard(per_seed, draws, "ce", "ce (null)")
+    assert mde["source"] == "null control" and mde["value"] == pytest.approx(MDE_FACTOR / math.sqrt(3))
+    # 2. one null seed: the bootstrap SD of its seed-mean ΔHard, draws 0 and 10 points → SD √50
+    one = {"ce": {"Hard": np.array([80.0])}, "ce (null)": {"ΔHard": np.array([1.0])}}
+    mde = detectable_delta_hard(one, draws, "ce", "ce (null)")
+    assert mde["source"] == "null control, bootstrap" and mde["value"] == pytest.approx(MDE_FACTOR * math.sqrt(50))
+    # 3. no null control: √2 · SD_ref(Hard) / √S, Hard 80, 82, 81 → SD 1
+    mde = detectable_delta_hard({"ce": per_seed["ce"]}, {}, "ce", None)
+    assert mde["source"] == "reference" and mde["value"] == pytest.approx(MDE_FACTOR * math.sqrt(2 / 3))
+    assert set(detectable_delta_hard(per_seed, draws, "ce", "ce (null)")["alternatives"]) == {
+        "null control", "null control, bootstrap", "reference", "reference, bootstrap"}
+    # 4. one reference seed, no null: √2 · bootstrap SD of the reference's Hard (50, 60 points → SD √50)
+    mde = detectable_delta_hard({"ce": {"Hard": np.array([80.0])}}, draws, "ce", None)
+    assert mde["source"] == "reference, bootstrap" and mde["value"] == pytest.approx(MDE_FACTOR * 10)
+    assert detectable_delta_hard({"ce": {"Hard": np.array([80.0])}}, {}, "ce", None) is None
+    # end to end: the null's ΔHard per seed is 0 and −2.5 (one more error in 20 images of one of 2 hard classes)
+    d = hand_run(tmp_path / "run")
+    s = summarize(load_results(d), load_predictions(d))
+    assert s.per_seed["ce (null)"]["ΔHard"].tolist() == pytest.approx([0.0, -2.5])
+    want = MDE_FACTOR * np.std([0.0, -2.5], ddof=1) / math.sqrt(2)
+    assert s.mde["value"] == pytest.approx(want)
+    assert f"Minimum detectable ΔHard (80% power, α = 0.05): {want:.2f} points (from the null control" in \
+        to_markdown(s)
+
+
+def test_crossfit_hardprec_averages_the_folds(tmp_path: Path) -> None:
+    d = hand_run(tmp_path / "run")
+    results, preds = load_results(d), load_predictions(d)
+    s = summarize(results, preds, "crossfit")
+    y = preds["test_labels"]
+    for m in ("ce", "overpredict"):
+        p = preds[f"{m}/0"]
+        parts = [hard_instruments(confusion(p[f.rows], y[f.rows], K), f.groups.hard) for f in s.folds]
+        assert s.per_seed[m]["HardPrec"][0] == pytest.approx(np.mean([x["HardPrec"] for x in parts]))
+        assert s.per_seed[m]["HardRate"][0] == pytest.approx(np.mean([x["HardRate"] for x in parts]))
+
+
+# ---- rendering -----------------------------------------------------------------------------------------------
+
+def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path) -> None:
+    d = hand_run(tmp_path / "run")
+    rep = report_run(d, html_file=True)
+    s = rep.summary
+    header = next(line for line in rep.markdown.splitlines() if line.startswith("| method"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[:13] == ["method"] + COLUMNS + DELTA_COLUMNS
+    assert cols[13:16] == ["HardPrec", "HardRate", "Sig↑/↓"] and cols[16] == "All 95% CI"
+    row = next(line for line in rep.markdown.splitlines() if line.startswith("| overpredict |"))
+    cells = dict(zip(cols, [c.strip() for c in row.strip("|").split("|")]))
+    assert cells["HardPrec"] == "33.33 ± 0.00" and cells["HardRate"] == "3.00 ± 0.00" and cells["Sig↑/↓"] == "2 / 4"
+    assert "Hard-set stability across seeds (ce, each seed ranked on its own val accuracy): mean pairwise " \
+           "Jaccard 1.00 over 2 seeds (1 pair)" in rep.markdown
+    assert (d / "table.md").read_text() == rep.markdown
+
+    rows = list(csv.DictReader((d / "table.csv").open()))
+    assert {"HardPrec", "HardRate", "HardPrec_sd", "HardRate_sd", "Sig↑", "Sig↓"} <= set(rows[0])
+    over = next(r for r in rows if r["method"] == "overpredict")
+    assert over["HardPrec"] == "33.3333" and over["Sig↑"] == "2" and over["Sig↓"] == "4"
+    assert next(r for r in rows if r["method"] == "ce")["Sig↑"] == ""
+
+    tex = to_latex(s)
+    assert "HardPrec & HardRate & Sig$\\uparrow$/$\\downarrow$" in tex and "Minimum detectable" in tex
+    body = [line for line in tex.splitlines() if line.startswith("overpredict &")][0]
+    assert len(body.split(" & ")) == 1 + len(COLUMNS + DELTA_COLUMNS) + 3 and "33.33 $\\pm$ 0.00" in body
+
+    page = (d / "report.html").read_text()
+    assert "<th>HardPrec</th><th>HardRate</th><th>Sig↑/↓</th>" in page and "Minimum detectable ΔHard" in page
+    assert "Top confusions of the hard classes" in page and "→ c4: 10 (25.0%)" in page
+    assert page.count("<table>") == 2  # the table and the confusions
+    assert "<th>ce (null)</th>" not in page.split("Top confusions")[1]  # the null control left out there
+
+    js = json.loads((d / "summary.json").read_text())
+    assert js["mean"]["overpredict"]["HardPrec"] == pytest.approx(100 / 3)
+    assert js["minimum_detectable_delta_hard"]["source"] == "null control"
+    assert js["hard_set_stability_seeds"]["value"] == 1.0
+    ins = js["instruments"]
+    assert ins["per_class"]["overpredict"]["rate_over_share"] == pytest.approx([0, 3, 0, 3, 0, 0])
+    assert ins["per_class"]["ce"]["precision"][1] == pytest.approx(10 / 12)
+    assert ins["significance"]["overpredict"]["up"] == 2 and ins["significance"]["overpredict"]["down"] == 4
+    assert len(ins["significance"]["mixed"]["q"]) == K and "ce" not in ins["significance"]
+    assert ins["hard_confusions"]["mixed"][1]["top"][0] == {"to": "c4", "index": 4, "count": 10, "fraction": 0.25}
+    assert set(ins["definitions"]) >= {"precision", "prediction_rate", "HardPrec", "HardRate", "significance",
+                                       "mde", "hard_set_stability"}
+
+
+def test_hard_set_stability_across_runs_and_bench_summary(tmp_path: Path) -> None:
+    """Two runs of dataset A whose references find different hard sets ({1, 3} and {1, 2}: Jaccard 1/3) and one
+    of dataset B: the block lists A only, in report's summary.md and in bench's summary.md."""
+    a1 = hand_run(tmp_path / "runs" / "a1")
+    a2 = write_run(tmp_path / "runs" / "a2", {"ce": [predict([0.9, 0.5, 0.5, 0.9, 0.9, 0.9])] * 2,
+                                              "mr2": [predict([0.9, 0.6, 0.6, 0.9, 0.9, 0.9])] * 2})
+    b = write_run(tmp_path / "runs" / "b", {"ce": [predict(REF)], "mr2": [predict(REF)]}, dataset="other_ds")
+    text = run_report([a1, a2, b], plots=False)
+    md = (tmp_path / "runs" / "summary.md").read_text()
+    assert "Hard-set stability across runs of the same dataset" in md and md in text
+    assert "- hand_ds: mean 0.33 over 2 runs (a1 vs a2: 0.33)" in md and "other_ds" not in md.split("stability")[-1]
+    reps = [(p.name, report_run(p).summary) for p in (a1, a2, b)]
+    st = hard_set_stability(reps)
+    assert list(st) == ["hand_ds"] and st["hand_ds"]["pairs"][0]["jaccard"] == pytest.approx(1 / 3)
+
+    suite = Suite(path=tmp_path / "t.toml", datasets=["hand_ds"], encoders=[], methods=["ce"], heads=["linear"],
+                  seeds=[0, 1])
+    cells = [CellResult("hand_ds", "hand_enc", "linear", "done", "", p, s_) for (_, s_), p in zip(reps, (a1, a2, b))]
+    summary = write_summary(suite, cells, tmp_path).read_text()
+    header = next(line for line in summary.splitlines() if line.startswith("| dataset |"))
+    assert "| HardPrec | HardRate | Sig↑/↓ | ΔHard 95% CI |" in header
+    over = next(line for line in summary.splitlines() if "| overpredict |" in line and line.startswith("| hand_ds"))
+    assert "| 33.33 ± 0.00 | 3.00 ± 0.00 | 2 / 4 |" in over
+    assert "- hand_ds: mean 0.33 over 2 runs (a1 vs a2: 0.33)" in summary
+    assert "Minimum detectable ΔHard (80% power, α = 0.05) per run:" in summary
+
+
+def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
+    d = hand_run(tmp_path / "run", with_predictions=False)
+    rep = report_run(d, html_file=True)
+    s = rep.summary
+    assert s.instrument_columns() == [] and s.significance == {} and s.confusions == {}
+    header = next(line for line in rep.markdown.splitlines() if line.startswith("| method"))
+    assert "HardPrec" not in header and "Sig" not in header
+    assert "HardPrec, HardRate, Sig↑/↓: not shown (no predictions.npz in this run folder)" in rep.markdown
+    assert "Minimum detectable ΔHard (80% power, α = 0.05)" in rep.markdown  # from the null's seed spread
+    assert s.mde["source"] == "null control"
+    assert next(csv.reader((d / "table.csv").open())) == (
+        ["method"] + COLUMNS + DELTA_COLUMNS + [f"{c}_sd" for c in COLUMNS + DELTA_COLUMNS] + ["seeds", "groups_on"])
+    assert "HardPrec &" not in to_latex(s) and "Top confusions" not in to_html([rep])
+    js = json.loads((d / "summary.json").read_text())
+    assert js["instruments"]["per_class"] == {} and js["instruments"]["test_share"] is None
+    # one method with predictions and one without: the other's instrument cells are empty, nothing crashes
+    preds = load_predictions(hand_run(tmp_path / "with"))
+    partial = {k: v for k, v in preds.items() if not k.startswith("mixed/")}
+    s = summarize(load_results(d), partial)
+    assert "HardPrec" in s.mean["ce"] and "HardPrec" not in s.mean["mixed"] and "mixed" not in s.significance
+    row = next(line for line in to_markdown(s).splitlines() if line.startswith("| mixed |"))
+    assert "|  |  |  |" in row
+    assert next(r for r in csv.DictReader(to_csv(s).splitlines()) if r["method"] == "mixed")["HardPrec"] == ""
+    # a single seed and no predictions: no MDE, said so
+    one = write_run(tmp_path / "one", {"ce": [predict(REF)], "mr2": [predict(REF)]}, with_predictions=False)
+    assert "Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 seeds" in report_run(one).markdown
