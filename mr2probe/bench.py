@@ -175,8 +175,11 @@ def load_suite(path: str | Path) -> Suite:
     if methods_spec != "all":
         methods_spec = _names(f"{where}: methods", methods_spec)
     methods, skipped = resolve_methods(methods_spec, adapter)
+    from .probes import REFERENCE_PROBES
+
     for m in methods:
-        METHODS.get(m)
+        if m not in REFERENCE_PROBES:
+            METHODS.get(m)
     heads = _names(f"{where}: heads", data.get("heads", ["linear"]))
     for h in heads:
         HEADS.get(h)
@@ -221,6 +224,7 @@ def experiment_config(suite: Suite, head: str, features: Path, out: Path, progre
     """The ``ExperimentConfig`` of one head × training profile of one cell (the suite's [train] settings)."""
     from .experiment import ExperimentConfig
     from .heads import ProbeConfig
+    from .probes import REFERENCE_PROBES
     from .profiles import parse_profile
     from .trainer import TrainConfig, method_hparams
 
@@ -241,7 +245,8 @@ def experiment_config(suite: Suite, head: str, features: Path, out: Path, progre
                        use_method_grids=t.get("method_grid", True), probe=probe, device=t.get("device"),
                        progress=progress)
     for m in suite.methods:
-        method_hparams(m, tcfg)  # unknown --set parameters
+        if m not in REFERENCE_PROBES:
+            method_hparams(m, tcfg)  # unknown --set parameters
     extra = {"max_memory": t["max_memory"]} if "max_memory" in t else {}
     return ExperimentConfig(features=features, out=out, methods=list(suite.methods), seeds=list(suite.seeds),
                             select=t.get("select", "acc"), val_fraction=float(t.get("val_fraction", 0.1)),

@@ -33,6 +33,7 @@ from .featurestore import FeatureSet, check_classes_covered, content_sha256, fil
 from .heads import ProbeStack
 from .methods import METHODS
 from .metrics import null_name, per_class_accuracy
+from .probes import REFERENCE_PROBES, fit_reference_probe
 from .profiles import Profile, draw_seed, select_rows
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
@@ -62,6 +63,10 @@ class ExperimentConfig:
     def check(self) -> None:
         self.train.check()
         for m in self.methods:
+            if m in REFERENCE_PROBES:
+                if m in self.train.method_params:
+                    raise UserError(f"--set {m}.…: the reference probes take no --set (their grid is chosen on val)")
+                continue
             if METHODS.get(m).needs_adapter and self.train.probe.adapter == "none":
                 raise UserError(f"method {m!r} needs a trainable adapter: pass --adapter linear or mlp")
             method_hparams(m, self.train)  # unknown or invalid --set values: refused before anything is written
@@ -231,20 +236,52 @@ def _adopt_legacy_parts(parts: dict[int, tuple[Path, Path]], folder: Path, legac
             log(f"seed {seed}: part keyed by the file hash (older mr2probe) renamed to {pj.name}")
 
 
+def reference_probe_run(name: str, data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor],
+                        cfg: ExperimentConfig, seed: int, cache: dict[Any, Any] | None = None
+                        ) -> tuple[dict[str, Any], np.ndarray]:
+    """A reference probe (``logreg`` or ``knn``, :mod:`mr2probe.probes`) as a run of the table: its grid chosen on
+    val, test scored once. It does not depend on the seed, so one fit per training set serves every seed
+    (``cache``, keyed by the training rows' identity)."""
+    if isinstance(data.x, StreamedFeatures):
+        raise UserError(f"the reference probe {name} needs the features in memory: raise --max-memory")
+    key = (name, id(data.x), cfg.select)
+    if cache is None or key not in cache:
+        res = fit_reference_probe(name, data.x, data.y, data.val_x, data.val_y, test[0], data.num_classes, cfg.select)
+        if cache is not None:
+            cache[key] = res
+    res = cache[key] if cache is not None else res
+    yt, yv = test[1].cpu().numpy(), data.val_y.cpu().numpy()
+    run = {"method": name, "seed": seed, "hparams": res.hparams, "val_score": float(res.val_score),
+           "select": cfg.select, "test_acc": float((res.test_pred == yt).mean()),
+           "per_class_acc": per_class_accuracy(res.test_pred, yt, data.num_classes).tolist(),
+           "val_per_class_acc": per_class_accuracy(res.val_pred, yv, data.num_classes).tolist(),
+           "grid": [{"hparams": g["hparams"], "val_score": g["val_score"]} for g in res.grid],
+           "stack_wall_time_s": round(float(res.info.get("wall_s", 0.0)), 2),
+           "reference_probe": {k: v for k, v in res.info.items() if isinstance(v, (str, int, float, bool))}}
+    return run, res.test_pred.astype(np.int16 if data.num_classes < 32000 else np.int32)
+
+
 def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], cfg: ExperimentConfig,
-               seed: int, log, bar: Any = None
+               seed: int, log, bar: Any = None, probe_cache: dict[Any, Any] | None = None
                ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[str, torch.Tensor]]:
     """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test — with the
     selected head rebuilt alone from its saved parameters, the same computation ``mr2probe predict`` makes.
     Returns the runs, the test predictions and the selected heads' parameters ("method/seed/param" → tensor)."""
-    specs = expand_runs(cfg.methods, [seed], cfg.train)
+    stack_methods = [m for m in cfg.methods if m not in REFERENCE_PROBES]
+    runs, preds, saved = [], {}, {}
+    for name in (m for m in cfg.methods if m in REFERENCE_PROBES):
+        run, pred = reference_probe_run(name, data, test, cfg, seed, probe_cache)
+        runs.append(run)
+        preds[f"{name}/{seed}"] = pred
+    if not stack_methods:
+        return runs, preds, saved
+    specs = expand_runs(stack_methods, [seed], cfg.train)
     t0 = time.time()
-    trained = train_stack(data, specs, cfg.train, log, description=f"sweep {len(cfg.methods)} methods", bar=bar)
+    trained = train_stack(data, specs, cfg.train, log, description=f"sweep {len(stack_methods)} methods", bar=bar)
     wall = time.time() - t0
     val_logits = trained.predict(data.val_x)
     scores = select_scores(val_logits, data.val_y, data.num_classes, cfg.select)
-    runs, preds, saved = [], {}, {}
-    for method in cfg.methods:
+    for method in stack_methods:
         heads = [i for i, s in enumerate(trained.specs) if s.method == method]
         best = heads[int(np.argmax(scores[heads]))]  # first best on ties
         state = trained.probe.select([best])
@@ -327,7 +364,9 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     # disjoint seeds (its parts are keyed like any run of that one method, so they are shared with such runs)
     reps = replicates(cfg)
     jobs = [(cfg, reps, None)]
-    if cfg.null:  # the i-th null seed trains on the i-th replicate's episode: paired by position in the report
+    if cfg.null and reference in REFERENCE_PROBES:
+        log(f"no null control: the reference {reference} does not depend on the seed")
+    elif cfg.null:  # the i-th null seed trains on the i-th replicate's episode: paired by position in the report
         nulls = list(zip(null_seeds([s for s, _ in reps]), [e for _, e in reps]))
         jobs.append((replace(cfg, methods=[reference]), nulls, null_name(reference)))
     episodic = cfg.profile.episodes > 1
@@ -346,13 +385,17 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     def episode_data(e: int) -> TrainData:
         if cfg.profile.kind == "full":
             return data
-        rows = episodes[e]["rows"]
-        return TrainData(take_rows(data.x, rows), data.y[torch.as_tensor(rows, device=data.y.device)], data.val_x,
-                         data.val_y, data.num_classes)
+        if e not in episode_cache:  # one copy per episode, so the reference probes' cache sees the same rows
+            rows = episodes[e]["rows"]
+            episode_cache[e] = TrainData(take_rows(data.x, rows), data.y[torch.as_tensor(rows, device=data.y.device)],
+                                         data.val_x, data.val_y, data.num_classes)
+        return episode_cache[e]
 
     todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
+    probe_cache: dict[Any, Any] = {}
+    episode_cache: dict[int, TrainData] = {}
     steps = {e: int(np.prod(budget(len(episodes[e]["rows"]), cfg.train))) for e in episodes}
-    heads = len(expand_runs(cfg.methods, [0], cfg.train))
+    heads = len(expand_runs([m for m in cfg.methods if m not in REFERENCE_PROBES], [0], cfg.train))
     runs: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
     heads_state: dict[str, torch.Tensor] = {}
@@ -368,7 +411,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
                 if not seed_heads:
                     log(f"seed {seed}: trained by an older mr2probe, no saved heads (mr2probe predict skips it)")
             else:
-                seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, log, bar)
+                seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, log, bar,
+                                                               probe_cache)
                 seed_runs = [{**r, "episode": ep} for r in seed_runs]
                 atomic_write(part_heads, lambda p, h=seed_heads: save_file(h, str(p)))
                 atomic_npz(part_npz, seed_preds)
@@ -388,7 +432,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         "class_names": fs.class_names,
         "test_class_counts": np.bincount(test[1].cpu().numpy(), minlength=fs.num_classes).tolist(),
         "reference": reference,
-        "null_control": {"method": null_name(reference), "seeds": null_seeds(cfg.seeds)} if cfg.null else None,
+        "null_control": {"method": jobs[1][2], "seeds": [sd for sd, _ in jobs[1][1]]} if len(jobs) > 1 else None,
         "budget": {"steps": epochs * per_epoch, "epochs": epochs, "steps_per_epoch": per_epoch,
                    "min_steps": cfg.train.min_steps, "batch_size": cfg.train.batch_size,
                    "rule": "max(epochs · ⌈N_train / batch⌉, min_steps) optimiser steps, whole epochs, the same for "

@@ -147,10 +147,17 @@ METHODS: Registry[type[Method]] = Registry("method")
 
 
 def resolve_methods(methods: str | list[str], adapter: str) -> tuple[list[str], list[str]]:
-    """``"all"`` → (every registered method that can run with ``adapter``, those left out because they need
-    a trainable adapter); a comma-separated string or a list → (those names, [])."""
-    if isinstance(methods, str) and methods.strip() == "all":
-        names = [m for m in METHODS.names() if adapter != "none" or not METHODS.get(m).needs_adapter]
-        return names, sorted(set(METHODS.names()) - set(names))
-    items = methods.split(",") if isinstance(methods, str) else methods
-    return [m.strip() for m in items if m.strip()], []
+    """Method names from a comma-separated string or a list, where ``all`` stands for every registered method that
+    can run with ``adapter`` (e.g. ``"all,logreg,knn"``); returns (names, those ``all`` left out because they need
+    a trainable adapter)."""
+    items = methods.split(",") if isinstance(methods, str) else list(methods)
+    names: list[str] = []
+    skipped: list[str] = []
+    for m in (item.strip() for item in items):
+        if m == "all":
+            runnable = [n for n in METHODS.names() if adapter != "none" or not METHODS.get(n).needs_adapter]
+            names += runnable
+            skipped = sorted(set(METHODS.names()) - set(runnable))
+        elif m:
+            names.append(m)
+    return list(dict.fromkeys(names)), skipped
