@@ -279,6 +279,10 @@ def methods() -> None:
         typer.echo(f"{name:<18} {doc}")
         if cls.defaults:
             typer.echo(f"{'':<18}   defaults: {json.dumps(cls.defaults)}  grid: {json.dumps(cls.grid)}")
+    from .probes import PROBES
+
+    for name, doc in PROBES.describe().items():
+        typer.echo(f"{name:<18} reference probe: {doc}")
 
 
 @app.command()
