@@ -10,10 +10,11 @@ import torch
 
 from mr2probe.errors import UserError
 from mr2probe.heads import ProbeConfig
-from mr2probe.methods import METHODS, Batch, FitContext, Method
+from mr2probe.methods import METHODS, Batch, FitContext
 from mr2probe.methods.cdb import stratified_holdout
 from mr2probe.methods.fair_dro import chi2_simplex_weights
 from mr2probe.trainer import RunSpec, TrainConfig, TrainData, method_hparams, train_stack
+from test_methods import build
 
 F64 = torch.float64
 LOGITS = [[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]]
@@ -33,15 +34,6 @@ def make_ctx(y_train: list[int], k: int = 3, *, epochs: int = 10, predict: Any =
                       val_y=torch.arange(3), num_classes=k, probe=probe or ProbeConfig(), epochs=epochs, batch_size=8,
                       rep_dim=2, seed=seed, represent_train=lambda: iter([]), predict=predict or (lambda x: None),
                       train_aux=lambda m, hps, t: None, log=lambda m: None)
-
-
-def build(name: str, ctx: FitContext, *overrides: dict[str, Any]) -> Method:
-    cls = METHODS.get(name)
-    hps = [{**cls.defaults, "lr": 1e-2, "weight_decay": 0.0, **o} for o in (overrides or ({},))]
-    m = cls(hps, ctx)
-    m.name = name
-    m.prepare()
-    return m
 
 
 def batch(logits: list[list[float]] = LOGITS, y: list[int] = Y, h: int = 1, idx: list[int] | None = None) -> Batch:

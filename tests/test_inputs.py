@@ -4,7 +4,6 @@ stratified), a Hugging Face ``DatasetDict`` (``hf:PATH``, built here from foolbo
 ``features_{split}.pt`` / ``targets_{split}.pt``, ``.npy`` files)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,7 +14,6 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from typer.testing import CliRunner
 
 import _extract_support as support
@@ -28,25 +26,11 @@ from mr2probe.extract import ExtractConfig, extract
 from mr2probe.featurestore import base_attrs, read_features, write_features
 from mr2probe.importer import import_features
 from mr2probe.trainer import TrainConfig
+from test_datasets import SAMPLES, needs_samples, rgb, samples
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never go online (a hub name is faked below)
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-_spec = importlib.util.find_spec("foolbox")  # installed --no-deps: locate its sample images without importing it
-SAMPLES = Path(_spec.submodule_search_locations[0]) / "data" if _spec and _spec.submodule_search_locations else None
-needs_samples = pytest.mark.skipif(SAMPLES is None or not SAMPLES.is_dir(), reason="foolbox sample images not found")
 CIFAR10 = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-
-
-def samples(prefix: str) -> list[tuple[Path, int]]:
-    """foolbox's ``<prefix>_<nn>_<label>.<ext>`` files in order, with their labels."""
-    assert SAMPLES is not None
-    files = sorted(p for p in SAMPLES.iterdir() if p.name.rsplit("_", 2)[0] == prefix)
-    return [(p, int(p.stem.rsplit("_", 1)[1])) for p in files]
-
-
-def rgb(path: Path) -> np.ndarray:
-    with Image.open(path) as img:
-        return np.asarray(img.convert("RGB"))
 
 
 def one_line_error(r) -> str:
