@@ -318,6 +318,7 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
     ``report_only``: no extraction or training — every run folder that has a results.json is reported again
     with the current protocol (tables, plots, summary.md), the others are listed as skipped."""
     from .experiment import run_experiment
+    from .profiles import parse_profile
     from .report import report_run
 
     out = Path(out) if out is not None else Path("runs") / suite.name
@@ -339,7 +340,7 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
                     results.append(CellResult(dataset, enc.label, None, "skipped", why))
                     continue
             for head, profile in ((h, p) for h in suite.heads for p in suite.profiles):
-                tag = "" if profile == "full" else "-" + profile.replace(":", "")
+                tag = "" if profile == "full" else "-" + parse_profile(profile).text.replace(":", "")
                 run_dir = out / f"{dataset}-{enc.label}-{head}{tag}"
                 head = head if profile == "full" else f"{head} · {profile}"
                 if report_only and not (run_dir / "results.json").is_file():

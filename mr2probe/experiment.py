@@ -33,14 +33,14 @@ from .featurestore import FeatureSet, check_classes_covered, content_sha256, fil
 from .heads import ProbeStack
 from .methods import METHODS
 from .metrics import null_name, per_class_accuracy
-from .probes import REFERENCE_PROBES, fit_reference_probe
+from .probes import REFERENCE_PROBES, SELECT, fit_reference_probe
 from .profiles import Profile, draw_seed, select_rows
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
 from .trainer import (TrainConfig, TrainData, budget, chunk_rows, expand_runs, method_hparams, pick_device,
                       train_stack)
 
-SELECT_METRICS = ("acc", "macc")
+SELECT_METRICS = SELECT  # val score of the grid: overall or mean per-class accuracy (as the reference probes)
 
 
 @dataclass
@@ -162,7 +162,8 @@ def select_scores(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) ->
     if select == "acc":
         return correct.mean(1).cpu().numpy()
     onehot = torch.nn.functional.one_hot(y, k).float()  # [n, K]
-    return ((correct @ onehot) / onehot.sum(0)).mean(1).cpu().numpy()
+    per_class = (correct @ onehot) / onehot.sum(0)  # NaN for a class without val samples: left out of the mean
+    return np.nanmean(per_class.cpu().numpy(), axis=1)
 
 
 HEADS_FORMAT = "mr2probe.heads/1"
@@ -177,7 +178,22 @@ def predict_labels(probe: ProbeStack, x: torch.Tensor | StreamedFeatures) -> tor
 
 def load_heads(path: Path) -> dict[str, torch.Tensor]:
     """A heads file written by :func:`run_experiment` (safetensors: tensors only, no pickled code)."""
-    return load_file(str(path))
+    try:
+        return load_file(str(path))
+    except Exception as e:  # noqa: BLE001 — safetensors raises its own error types for a damaged file
+        raise UserError(f"{path} is not a readable heads file ({type(e).__name__}); delete it and train again") \
+            from None
+
+
+def save_heads(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """Write a heads file atomically; a failed write is one UserError and leaves nothing behind."""
+    def write(p: Path) -> None:
+        try:
+            save_file(tensors, str(p), metadata=metadata)
+        except Exception as e:  # noqa: BLE001 — SafetensorError is not an OSError
+            raise OSError(str(e)) from None
+
+    atomic_write(path, write)
 
 
 def atomic_json(path: Path, obj: Any) -> None:
@@ -368,7 +384,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         log(f"no null control: the reference {reference} does not depend on the seed")
     elif cfg.null:  # the i-th null seed trains on the i-th replicate's episode: paired by position in the report
         nulls = list(zip(null_seeds([s for s, _ in reps]), [e for _, e in reps]))
-        jobs.append((replace(cfg, methods=[reference]), nulls, null_name(reference)))
+        alone = replace(cfg.train, method_params={m: p for m, p in cfg.train.method_params.items() if m == reference})
+        jobs.append((replace(cfg, methods=[reference], train=alone), nulls, null_name(reference)))
     episodic = cfg.profile.episodes > 1
     stacks: list[tuple[ExperimentConfig, str, int, int, Path, Path, str | None]] = []
     for job_cfg, seeds, rename in jobs:
@@ -414,7 +431,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
                 seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, log, bar,
                                                                probe_cache)
                 seed_runs = [{**r, "episode": ep} for r in seed_runs]
-                atomic_write(part_heads, lambda p, h=seed_heads: save_file(h, str(p)))
+                save_heads(part_heads, seed_heads)
                 atomic_npz(part_npz, seed_preds)
                 atomic_json(part, {"key": key, "runs": seed_runs})
             if rename:
@@ -464,6 +481,6 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     atomic_npz(out / "predictions.npz", {"test_labels": test[1].cpu().numpy(), **preds})
     meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(cfg.train.probe)), "in_dim": str(fs.dim),
             "num_classes": str(fs.num_classes), "class_names": json.dumps(fs.class_names)}
-    atomic_write(out / "heads.safetensors", lambda p: save_file(heads_state, str(p), metadata=meta))
+    save_heads(out / "heads.safetensors", heads_state, meta)
     atomic_json(out / "results.json", results)
     return results

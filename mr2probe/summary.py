@@ -204,7 +204,10 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         """The protocol's columns for one run, averaged over folds (from predictions where a fold is a part)."""
         if len(folds) == 1:
             return disparity_row(np.asarray(run["per_class_acc"], dtype=float), folds[0].groups, counts)
-        pred = predictions[f"{run['method']}/{run['seed']}"]
+        pred = predictions.get(f"{run['method']}/{run['seed']}")
+        if pred is None:
+            raise UserError(f"--groups-on crossfit needs the test predictions of every run; predictions.npz has "
+                            f"none for {run['method']}/{run['seed']}")
         rows = [disparity_row(per_class_accuracy(pred[f.rows], y[f.rows], k), f.groups, c)
                 for f, c in zip(folds, fold_counts)]
         return {c: float(np.mean([r[c] for r in rows])) for c in rows[0]}

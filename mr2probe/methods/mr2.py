@@ -69,9 +69,9 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
         lse, n_c = _block_logsumexp(z, order, counts, tau)
     a = torch.nn.functional.softplus(lse - shift)  # [h, A]
     ours = tau * a.mean(1)
-    ref = torch.as_tensor(reference, dtype=torch.bool, device=z.device).expand(z.shape[0])
-    if not bool(ref.any()):
+    if isinstance(reference, bool) and not reference:  # a Python bool: no device sync in the training step
         return ours
+    ref = torch.as_tensor(reference, dtype=torch.bool, device=z.device).expand(z.shape[0])
     if num_classes is None:
         raise ValueError("rep_margin_loss: the reference scale needs num_classes")
     # each class present contributes the mean over its n_c anchors: weight 1/n_c per anchor
@@ -162,8 +162,10 @@ class MR2(Method):
         self.space = ["classifier" if same else hp["stats_on"] for hp in self.hparams]
         dev = self.ctx.x.device
         self.on_input = torch.tensor([sp == "input" for sp in self.space], dtype=torch.bool, device=dev)
+        self.any_input, self.all_input = "input" in self.space, all(sp == "input" for sp in self.space)
         self.reference = torch.tensor([hp["rep_scale"] == "reference" for hp in self.hparams], dtype=torch.bool,
                                       device=dev)
+        self.any_reference = any(hp["rep_scale"] == "reference" for hp in self.hparams)
         if "input" in self.space and (self.ctx.represent_input_train is None or self.ctx.represent_input is None):
             raise ValueError(f"{self.name}: stats_on=input needs a FitContext with represent_input(_train)")
         if self.ctx.probe.adapter == "none" or self.hparams[0]["stats"] != "exact":
@@ -221,10 +223,10 @@ class MR2(Method):
     def _measured(self, batch: Batch) -> torch.Tensor:
         """The batch representation in each head's ``stats_on`` space, [h|1, B, d]: ``batch.rep`` for
         ``classifier``; g(x) recomputed with grad (``ctx.represent_input``) for ``input``."""
-        if not bool(self.on_input.any()):
+        if not self.any_input:  # Python bools from prepare(): no device sync per step
             return batch.rep
         u = self.ctx.represent_input(batch.idx)
-        if bool(self.on_input.all()):
+        if self.all_input:
             return u
         return torch.where(self.on_input[:, None, None], u, batch.rep)
 
@@ -236,7 +238,7 @@ class MR2(Method):
         loss = logit_margin_ce(batch.logits, batch.y, self.gamma).mean(1)
         if self.uses_rep:
             loss = loss + self.hp("lam") * rep_margin_loss(z.expand(self.h, -1, -1), batch.y, self.s_bar, self.tau,
-                                                           reference=self.reference,
+                                                           reference=self.reference if self.any_reference else False,
                                                            num_classes=self.ctx.num_classes)
         return loss
 
