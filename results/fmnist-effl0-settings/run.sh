@@ -1,0 +1,18 @@
+#!/bin/bash
+# Settings where probe losses can differ (issue "Settings where methods can differ"), on full Fashion-MNIST ×
+# EfficientNet-Lite0 features: long-tailed training sets (ρ = 100, 10) and few-shot ones (5 and 20 per class,
+# 5 episodes), every method without an adapter + the reference probes logreg and knn, linear head, 3 seeds,
+# null control, groups on val. Val and test are the full balanced splits. Run from the repository root;
+# resumable (finished seeds are kept in each run folder's parts/). Cells are run in this order and each is
+# reported as soon as it is done.
+set -euo pipefail
+export OMP_NUM_THREADS=1
+F=features/fmnist-effl0.h5
+[ -f $F ] || mr2probe extract --encoder efficientnet-lite0 --dataset fashion-mnist --out $F
+R=results/fmnist-effl0-settings
+M="all,logreg,knn"
+mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile longtail:100 --out $R/linear-longtail100 -q
+mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile shots:5 --episodes 5 --out $R/linear-shots5 -q
+mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile longtail:10 --out $R/linear-longtail10 -q
+mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile shots:20 --episodes 5 --out $R/linear-shots20 -q
+mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 --html > /dev/null
