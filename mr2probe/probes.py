@@ -128,24 +128,31 @@ class LogRegModel:
 
 
 def logreg_objective(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, C: float,
-                     chunk_rows: int | None = None) -> tuple[float, torch.Tensor, torch.Tensor]:
+                     chunk_rows: int | None = None, center: torch.Tensor | None = None
+                     ) -> tuple[float, torch.Tensor, torch.Tensor]:
     """Mean-form objective f = mean_i CE_i + ‖W‖²/(2Cn) and its gradient (∂f/∂W, ∂f/∂b), in row chunks.
 
-    ∂f/∂W = (P − Y)ᵀ X / n + W / (C n),   ∂f/∂b = Σ_i (p_i − y_i) / n,   P = softmax(X Wᵀ + b)."""
+    ∂f/∂W = (P − Y)ᵀ X / n + W / (C n),   ∂f/∂b = Σ_i (p_i − y_i) / n,   P = softmax(X Wᵀ + b).
+    With ``center`` = μ the logits are (X − μ) Wᵀ + b, computed without a centred copy of X: an exact
+    reparametrisation (b is not penalised; b_raw = b − W μ) that conditions L-BFGS far better when features
+    share a large mean."""
     n, k = len(x), weight.shape[0]
     rows = chunk_rows or _chunk_rows(k)
     loss = torch.zeros((), dtype=torch.float64, device=x.device)
     g_w, g_b = torch.zeros_like(weight), torch.zeros_like(bias)
     with torch.no_grad():
+        b_raw = bias if center is None else bias - weight @ center.to(weight.dtype)
         for i in range(0, n, rows):
             xc, yc = x[i:i + rows].to(weight.dtype), y[i:i + rows]
-            z = torch.addmm(bias, xc, weight.T)
+            z = torch.addmm(b_raw, xc, weight.T)
             lse = torch.logsumexp(z, dim=1)
             loss += (lse - z.gather(1, yc[:, None])[:, 0]).sum(dtype=torch.float64)
             p = (z - lse[:, None]).exp_()
             p[torch.arange(len(yc), device=x.device), yc] -= 1.0
             g_w.addmm_(p.T, xc)
             g_b += p.sum(0)
+        if center is not None:
+            g_w.sub_(torch.outer(g_b, center.to(weight.dtype)))
         lam = 1.0 / (C * n)
         loss = loss / n + 0.5 * lam * weight.double().pow(2).sum()
         g_w.div_(n).add_(weight, alpha=lam)
@@ -154,21 +161,24 @@ def logreg_objective(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, 
 
 
 def lbfgs(fg: Callable[[torch.Tensor], tuple[float, torch.Tensor]], theta: torch.Tensor, max_iter: int = 1000,
-          tol: float = 1e-6, history_size: int = 20, max_ls: int = 25) -> tuple[torch.Tensor, int, str]:
+          tol: float = 1e-6, history_size: int = 20, max_ls: int = 25,
+          grad_max: Callable[[torch.Tensor], float] | None = None) -> tuple[torch.Tensor, int, str]:
     """Minimise a smooth convex f by L-BFGS (two-loop recursion) from ``theta``; ``fg(θ) -> (f, ∇f)``.
 
+    Stops when ``grad_max(∇f)`` (default max|∇f|) ≤ tol.
     Line search: weak Wolfe, φ'(t) ≥ 0.9 φ'(0) with sufficient decrease φ(t) ≤ φ(0) + 1e-4 t φ'(0) — or, where
     f is flat to its rounding (φ(t) ≤ φ(0) + 1e-6 |φ(0)|), Hager–Zhang's approximate Wolfe test
     φ'(t) ≤ −0.8 φ'(0), which needs only gradients: float32 loss values stop resolving decreases near
     max|∇| ≈ 1e-5, float32 gradients do not. Doubling until bracketed, then safeguarded secant steps on φ'.
     A failed line search drops the curvature pairs and retries from steepest descent; a second failure stops.
     Returns (θ, iterations, stop reason: ``tol`` | ``max_iter`` | ``line_search``)."""
+    gmax = grad_max or (lambda g_: float(g_.abs().max()))
     f, g = fg(theta)
     S: list[torch.Tensor] = []
     Yv: list[torch.Tensor] = []
     rho: list[float] = []
     it = 0
-    while float(g.abs().max()) > tol:
+    while gmax(g) > tol:
         if it >= max_iter:
             return theta, it, "max_iter"
         q = g.clone()
@@ -226,8 +236,10 @@ def fit_logreg(x: torch.Tensor, y: torch.Tensor, num_classes: int, C: float, *, 
                standardize: bool = False, chunk_rows: int | None = None) -> LogRegModel:
     """Minimise mean_i CE_i + ‖W‖²/(2Cn) by full-batch :func:`lbfgs`, from zero (sklearn's start) or ``init``.
 
-    Works in x's dtype and on x's device; stops at max|∇| ≤ tol (sklearn's ``tol``, on the same mean-form
-    objective; sklearn's default is 1e-4), after ``max_iter`` iterations or when the line search fails."""
+    Works in x's dtype and on x's device, in the centred parametrisation of :func:`logreg_objective` (2–3×
+    fewer iterations on encoder features, the same optimum); stops at max|∇| ≤ tol (sklearn's ``tol``, on the
+    same mean-form objective; sklearn's default is 1e-4), after ``max_iter`` iterations or when the line search
+    fails; the test is on the gradient in the raw parametrisation (W, b), as sklearn's."""
     C = _c(C)
     max_iter = int(_number(max_iter, "logreg", "max_iter", integer=True))
     history_size = int(_number(history_size, "logreg", "history_size", integer=True))
@@ -244,18 +256,27 @@ def fit_logreg(x: torch.Tensor, y: torch.Tensor, num_classes: int, C: float, *, 
     if mean is not None:
         x = (x - mean) / scale
     k, d = num_classes, x.shape[1]
+    mu = x.mean(0) if mean is None else None  # standardised features are centred already
     theta = x.new_zeros(k * d + k)
     if init is not None:
         if tuple(init.weight.shape) != (k, d):
             raise UserError(f"logreg: warm start has shape {tuple(init.weight.shape)}, expected {(k, d)}")
-        theta = torch.cat([init.weight.reshape(-1), init.bias]).to(theta)
+        w0, b0 = init.weight.to(theta), init.bias.to(theta)
+        theta = torch.cat([w0.reshape(-1), b0 if mu is None else b0 + w0 @ mu])
 
     def fg(th: torch.Tensor) -> tuple[float, torch.Tensor]:
-        f, g_w, g_b = logreg_objective(th[:k * d].view(k, d), th[k * d:], x, y, C, chunk_rows)
+        f, g_w, g_b = logreg_objective(th[:k * d].view(k, d), th[k * d:], x, y, C, chunk_rows, mu)
         return f, torch.cat([g_w.reshape(-1), g_b])
 
-    theta, n_iter, stop = lbfgs(fg, theta, max_iter, tol, history_size)
+    def raw_grad_max(g: torch.Tensor) -> float:  # sklearn's test, in the raw (uncentred) parametrisation
+        g_w, g_b = g[:k * d].view(k, d), g[k * d:]
+        g_w = g_w if mu is None else g_w + torch.outer(g_b, mu)
+        return float(max(g_w.abs().max(), g_b.abs().max()))
+
+    theta, n_iter, stop = lbfgs(fg, theta, max_iter, tol, history_size, grad_max=raw_grad_max)
     weight, bias = theta[:k * d].view(k, d).clone(), theta[k * d:].clone()
+    if mu is not None:
+        bias = bias - weight @ mu
     _, g_w, g_b = logreg_objective(weight, bias, x, y, C, chunk_rows)
     grad_max = float(max(g_w.abs().max(), g_b.abs().max()))
     return LogRegModel(weight, bias, float(C), n_iter, grad_max, grad_max <= tol, stop, mean, scale)

@@ -57,8 +57,9 @@ def test_logreg_matches_sklearn_on_the_bundled_features(bundled) -> None:
 @pytest.mark.parametrize("c", [0.01, 1.0, 100.0])
 def test_logreg_matches_sklearn_on_a_synthetic_set(c: float) -> None:
     """float32 (the probe's path) at tol 1e-7: same predictions, probabilities within 1e-3 (measured ≤ 4e-4).
-    float64 solved tightly: the same W (unique: the penalty fixes it), b up to the softmax's constant shift, and an objective value no higher
-    than sklearn's (lbfgs stops sklearn at max|∇| ≈ 1e-8 by its ftol, ours goes to 1e-10)."""
+    float64 solved tightly: the same W (unique: the penalty fixes it), b up to the softmax's constant shift, and
+    an objective value no higher than sklearn's (lbfgs stops sklearn at max|∇| ≈ 1e-8 by its ftol, ours goes
+    to 1e-10)."""
     x, y = gaussians()
     tx, ty = gaussians(seed=1)
     sk = LogisticRegression(C=c, tol=1e-10, max_iter=20_000).fit(x.astype(np.float64), y)
@@ -98,8 +99,8 @@ def test_logreg_two_classes_is_sklearns_binary_model_at_twice_c() -> None:
 
 
 def test_logreg_objective_and_gradient_by_hand_and_zero_at_the_optimum() -> None:
-    """f = mean CE + ‖W‖²/(2Cn) (b unpenalised): value and gradient against autograd at a random point, and
-    ∇f ≈ 0 at the fitted optimum, which also attains sklearn's objective value."""
+    """f = mean CE + ‖W‖²/(2Cn) (b unpenalised): value and gradient against autograd at a random point (also in
+    the centred parametrisation), and ∇f ≈ 0 at the fitted optimum, which attains sklearn's objective value."""
     x, y = gaussians(n=30, k=3, d=4, seed=3)
     xd, yd, c, n = T(x).double(), T(y), 0.3, len(y)
     g = torch.Generator().manual_seed(0)
@@ -108,6 +109,15 @@ def test_logreg_objective_and_gradient_by_hand_and_zero_at_the_optimum() -> None
     f_ref = torch.nn.functional.cross_entropy(xd @ w.T + b, yd, reduction="sum") / n + (w ** 2).sum() / (2 * c * n)
     f_ref.backward()
     f, g_w, g_b = logreg_objective(w.detach(), b.detach(), xd, yd, c, chunk_rows=7)  # chunks of 7 rows
+    assert f == pytest.approx(f_ref.item(), rel=1e-12)
+    torch.testing.assert_close(g_w, w.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(g_b, b.grad, rtol=1e-10, atol=1e-12)
+    mu = xd.mean(0)  # the centred parametrisation the solver uses: logits (x − μ)Wᵀ + b
+    w.grad = b.grad = None
+    ce = torch.nn.functional.cross_entropy((xd - mu) @ w.T + b, yd, reduction="sum")
+    f_ref = ce / n + (w ** 2).sum() / (2 * c * n)
+    f_ref.backward()
+    f, g_w, g_b = logreg_objective(w.detach(), b.detach(), xd, yd, c, chunk_rows=7, center=mu)
     assert f == pytest.approx(f_ref.item(), rel=1e-12)
     torch.testing.assert_close(g_w, w.grad, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(g_b, b.grad, rtol=1e-10, atol=1e-12)
