@@ -221,7 +221,7 @@ def _ce_vs_logreg(d: dict[str, np.ndarray], rows: np.ndarray, head: str = "linea
     data = TrainData(t(x), t(y, torch.long), t(d["vx"]), t(d["vy"], torch.long), 10)
     cfg = ExperimentConfig(features=BUNDLED, out=Path("."), methods=["ce"],
                            train=TrainConfig(progress=False, probe=ProbeConfig(head=head)))
-    runs, _ = train_seed(data, (t(d["tx"]), t(d["ty"], torch.long)), cfg, 0, lambda m: None)
+    runs, _, _ = train_seed(data, (t(d["tx"]), t(d["ty"], torch.long)), cfg, 0, lambda m: None)
     return runs[0]["test_acc"], best.score(d["tx"], d["ty"])
 
 
