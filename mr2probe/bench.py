@@ -59,7 +59,6 @@ TRAIN_KEYS: dict[str, Any] = {"epochs": int, "batch_size": int, "lr": "floats", 
                               "scale": "floats", "learn_scale": bool, "max_memory": (str, int), "device": str,
                               "min_steps": int, "null": bool, "groups_on": str, "episodes": int,
                               "profile_seed": int}
-SUMMARY_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard", "ΔEasy", "ΔHard 95% CI"]
 
 
 @dataclass
@@ -364,79 +363,31 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
     return results
 
 
-def _mean_std(s: Summary, method: str, col: str) -> str:
-    if col.startswith("Δ") and method == s.reference:
-        return "—"
-    if col.endswith("95% CI"):
-        lo_hi = s.ci.get(method, {}).get(col.removesuffix(" 95% CI"))
-        return f"[{lo_hi[0]:.1f}, {lo_hi[1]:.1f}]" if lo_hi else "—"
-    from .report import _fmt
-
-    return _fmt(s.mean[method][col], s.std[method][col], col.startswith("Δ"))
-
-
 def write_summary(suite: Suite, results: list[CellResult], out: Path) -> Path:
-    """``out/summary.md``: per finished cell and method All/Hard/Worst/ΔAll/ΔHard/ΔEasy (mean ± sample SD over
-    seeds, %), with test predictions HardPrec / HardRate / Sig↑/↓ (the run tables' instruments), and the
-    bootstrap CI of the seed-mean ΔHard; per run the minimum detectable ΔHard; per method the mean Δ over cells
-    and in how many cells the ΔHard CI lies above / below 0; the hard-set stability across runs of the same
-    dataset; then the skipped and failed cells."""
-    import numpy as np
-
-    from .report import cell, stability_markdown
-    from .summary import hard_set_stability
+    """``out/summary.md``: what ran, then the summary across the finished runs (:func:`~mr2probe.report.
+    cross_run_summary`, the same as ``mr2probe report``'s: per run and method the protocol's main columns, the
+    instruments and the ΔHard CI; the minimum detectable ΔHard per run; per method the mean Δs over runs and how
+    many runs have a ΔHard CI above / below 0; the hard-set stability across runs of the same dataset), then the
+    skipped and failed cells. ``out/summary.csv`` holds the numbers."""
+    from .report import cross_run_markdown, cross_run_summary, to_csv_numbers
 
     done = [r for r in results if r.status == "done"]
-    instruments = list(dict.fromkeys(c for r in done for c in r.summary.instrument_columns()))
-    columns = SUMMARY_COLUMNS[:-1] + instruments + SUMMARY_COLUMNS[-1:]
     lines = [f"# Benchmark suite `{suite.name}`", "",
              f"{len(done)} run(s) done, {sum(r.status == 'skipped' for r in results)} cell(s) skipped, "
              f"{sum(r.status == 'failed' for r in results)} run(s) failed. Methods: {', '.join(suite.methods)}; "
-             f"seeds {suite.seeds}; adapter {suite.adapter}. Columns: test accuracy in %, mean ± sample SD over "
-             f"seeds (ddof = 1); groups ranked on {suite.train.get('groups_on', 'val')} of the reference; "
-             "Δ = method − reference, paired by seed; ΔHard 95% CI: bootstrap of the seed mean over test images "
-             "(draws shared by seeds and methods); `(null)`: the reference trained again on disjoint seeds, what "
-             "no effect looks like."
-             + (" HardPrec: mean precision of the hard classes (%); HardRate: mean #predicted / #true of the hard "
-                "classes (1.00 = as often as they occur); Sig↑/↓: classes changed against the reference at BH "
-                "q < 0.05, up / down." if instruments else ""), ""]
+             f"seeds {suite.seeds}; adapter {suite.adapter}; groups ranked on "
+             f"{suite.train.get('groups_on', 'val')} of the reference.", ""]
+    out.mkdir(parents=True, exist_ok=True)
     if done:
-        lines += ["| dataset | encoder | head | method | " + " | ".join(columns) + " |",
-                  "|---" * (4 + len(columns)) + "|"]
-        for r in done:
-            link = f"[{r.head}]({r.run_dir.name}/table.md)"
-            for m in r.summary.methods:
-                lines.append(f"| {r.dataset} | {r.encoder} | {link} | {m} | "
-                             + " | ".join(_mean_std(r.summary, m, c) if c in SUMMARY_COLUMNS
-                                          else cell(r.summary, m, c) or "—" for c in columns) + " |")
-        lines += ["", "Minimum detectable ΔHard (80% power, α = 0.05) per run:", ""]
-        lines += [f"- {r.dataset} × {r.encoder} × {r.head}: "
-                  + (f"{r.summary.mde['value']:.2f} points ({r.summary.mde['describe']})"
-                     if r.summary.mde is not None and np.isfinite(r.summary.mde["value"]) else "not available")
-                  for r in done]
-        deltas: dict[str, list[list[float]]] = {}
-        for r in done:
-            for m in r.summary.methods:
-                if m != r.summary.reference:
-                    lo, hi = r.summary.ci.get(m, {}).get("ΔHard", [np.nan, np.nan])
-                    deltas.setdefault(m, []).append([r.summary.mean[m][c] for c in ("ΔAll", "ΔHard", "ΔEasy")]
-                                                    + [lo > 0, hi < 0])
-        if deltas:
-            lines += ["", "Mean over finished runs of each method's Δ to its run's reference, and the number of runs "
-                      "whose ΔHard 95% CI lies above / below 0:", "",
-                      "| method | runs | ΔAll | ΔHard | ΔEasy | ΔHard CI > 0 | ΔHard CI < 0 |",
-                      "|---|---|---|---|---|---|---|"]
-            for m, v in deltas.items():
-                a = np.asarray(v, dtype=float)
-                means = " | ".join(f"{x:+.2f}" for x in np.nanmean(a[:, :3], 0))
-                lines.append(f"| {m} | {len(v)} | {means} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} |")
-        lines += stability_markdown(hard_set_stability([(r.run_dir.name, r.summary) for r in done]))
+        cross = cross_run_summary([(r.run_dir.name, r.summary) for r in done])
+        lines.append(cross_run_markdown(cross, {r.run_dir.name: f"[{r.run_dir.name}]({r.run_dir.name}/table.md)"
+                                                for r in done}))
+        atomic_text(out / "summary.csv", to_csv_numbers(cross.numbers))
     for status, title in (("skipped", "Skipped cells"), ("failed", "Failed runs")):
         rows = [r for r in results if r.status == status]
         if rows:
             lines += ["", f"## {title}", ""]
             lines += [f"- {r.dataset} × {r.encoder}{f' × {r.head}' if r.head else ''}: {r.message}" for r in rows]
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "summary.md"
     atomic_text(path, "\n".join(lines) + "\n")
     return path

@@ -203,7 +203,7 @@ def train(
     from .heads import ProbeConfig
     from .metrics import GROUPS_ON
     from .profiles import parse_profile
-    from .report import write_report
+    from .report import report_run, terminal_table
     from .source import parse_size
     from .trainer import TrainConfig
 
@@ -230,8 +230,8 @@ def train(
     if groups_on not in GROUPS_ON:
         raise UserError(f"--groups-on must be one of {', '.join(GROUPS_ON)}, got {groups_on!r}")
     run_experiment(cfg)
-    typer.echo(write_report(out, groups_on))
-    typer.echo(f"wrote {out}/results.json, table.md, table.csv")
+    typer.echo(terminal_table(report_run(out, groups_on).summary))
+    typer.echo(f"wrote {out}/results.json, table.md (every column), table.csv, table.tex, summary.json")
 
 
 def default_features() -> Path:

@@ -23,7 +23,6 @@ Files per run folder: table.md, table.csv, table.tex, summary.json, [per_class|g
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import io
 import json
@@ -34,11 +33,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
 from .atomic import atomic_text
 from .errors import UserError
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
-from .summary import Summary, best_of, hard_set_stability, sample_sd, summarize
+from .summary import Summary, best_of, cross_run, hard_set_stability, over_runs, summarize
 
 CI_COLUMNS = ["All 95% CI", "Hard 95% CI", "ΔHard 95% CI", "ΔEasy 95% CI", "ΔAll 95% CI"]
 PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
@@ -90,12 +90,9 @@ def _fmt(m: float, sd: float, signed: bool) -> str:
     return text if not np.isfinite(sd) else f"{text} ± {sd:.2f}"
 
 
-def _num(v: float) -> str:
-    """A CSV number: 4 decimals, never "-0.0000"."""
-    return f"{round(v, 4) + 0.0:.4f}"
-
-
-def _cell(s: Summary, method: str, col: str) -> str:
+def cell(s: Summary, method: str, col: str) -> str:
+    """One displayed cell of any table column: "m ± sd", a CI "[lo, hi]", Sig "up / down", "—" for the
+    reference's Δ and Sig cells, "" where the method has no value (an instrument without test predictions)."""
     if method == s.reference and (col.startswith("Δ") or col == SIG_COLUMN):
         return "—"
     if col in CI_COLUMNS:
@@ -104,35 +101,42 @@ def _cell(s: Summary, method: str, col: str) -> str:
     if col == SIG_COLUMN:
         counts = s.sig_counts(method)
         return f"{counts[0]} / {counts[1]}" if counts else ""
-    if col not in s.mean[method]:  # an instrument column of a method without test predictions
+    if col not in s.mean[method]:
         return ""
     return _fmt(s.mean[method][col], s.std[method][col], col in DELTA_COLUMNS)
-
-
-def cell(s: Summary, method: str, col: str) -> str:
-    """One displayed cell of any table column (also for bench's summary.md)."""
-    return _cell(s, method, col)
-
-
-def numeric_columns(s: Summary) -> list[str]:
-    """The mean ± SD columns: the protocol's, the Δs, and the instruments this run has (HardPrec, HardRate)."""
-    return COLUMNS + DELTA_COLUMNS + [c for c in s.instrument_columns() if c != SIG_COLUMN]
 
 
 def table_columns(s: Summary) -> list[str]:
     return COLUMNS + DELTA_COLUMNS + s.instrument_columns() + (CI_COLUMNS if s.ci else [])
 
 
+def shown(s: Summary, cols: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The displayed table: cells as text (:func:`cell`) and the bold mask (:meth:`Summary.best`), one row per
+    method, index ``method``."""
+    idx = pd.Index(s.methods, name="method")
+    text = pd.DataFrame({c: [cell(s, m, c) for m in s.methods] for c in cols}, index=idx, dtype=object)
+    best = {c: s.best(c) for c in cols}
+    bold = pd.DataFrame({c: [m in best[c] for m in s.methods] for c in cols}, index=idx, dtype=bool)
+    return text, bold
+
+
+def markdown_table(text: pd.DataFrame, bold: pd.DataFrame) -> str:
+    """A GitHub pipe table of the displayed cells (index as the first column), bold as ``**…**``."""
+    return text.mask(bold, "**" + text + "**").reset_index().to_markdown(index=False, disable_numparse=True)
+
+
+def html_table(text: pd.DataFrame, bold: pd.DataFrame) -> str:
+    """An HTML table of the displayed cells (index as the first column), every cell escaped, bold as ``<b>``."""
+    esc = text.map(lambda v: html.escape(str(v)))
+    esc = esc.mask(bold, "<b>" + esc + "</b>").reset_index()
+    esc.columns = [html.escape(str(c)) for c in esc.columns]
+    return esc.to_html(index=False, escape=False, border=0)
+
+
 def footnotes(s: Summary) -> list[str]:
     """The lines printed under every table: the minimum detectable ΔHard, the stability of the hard set over
     the reference's seeds, and what the instrument columns mean (or that they need predictions)."""
-    lines = []
-    if s.mde is not None and np.isfinite(s.mde["value"]):
-        lines.append(f"Minimum detectable ΔHard (80% power, α = 0.05): {s.mde['value']:.2f} points "
-                     f"({s.mde['describe']})")
-    else:
-        lines.append("Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 seeds or "
-                     "predictions.npz, and hard classes)")
+    lines = [mde_line(s)]
     st = s.seed_stability
     if st.get("value") is not None:
         lines.append(f"Hard-set stability across seeds ({s.reference}, each seed ranked on its own {st['ranked_on']} "
@@ -153,36 +157,24 @@ def footnotes(s: Summary) -> list[str]:
     return lines
 
 
+def mde_line(s: Summary) -> str:
+    """"Minimum detectable ΔHard …: V points (how it was computed)" or why it is not available."""
+    if s.mde is not None and np.isfinite(s.mde["value"]):
+        return (f"Minimum detectable ΔHard (80% power, α = 0.05): {s.mde['value']:.2f} points "
+                f"({s.mde['describe']})")
+    return ("Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 seeds or predictions.npz, and "
+            "hard classes)")
+
+
 def to_markdown(s: Summary) -> str:
-    cols = table_columns(s)
-    best = {c: s.best(c) for c in cols}
-    lines = [f"**{s.title}** — {s.header()}; best per column in bold",
-             "", "| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for m in s.methods:
-        cells = [f"**{_cell(s, m, c)}**" if m in best[c] else _cell(s, m, c) for c in cols]
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    lines += [""] + footnotes(s)
-    return "\n".join(lines) + "\n"
+    text, bold = shown(s, table_columns(s))
+    return "\n".join([f"**{s.title}** — {s.header()}; best per column in bold", "", markdown_table(text, bold), ""]
+                     + footnotes(s)) + "\n"
 
 
 def to_csv(s: Summary) -> str:
-    """One row per method: ``method``, the protocol's columns (means; with predictions also HardPrec and
-    HardRate), then ``<col>_sd``, seeds, groups_on, with predictions ``Sig↑`` / ``Sig↓`` (empty for the
-    reference) and the CI bounds. A method without predictions has empty instrument cells."""
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    cols = numeric_columns(s)
-    sig = ["Sig↑", "Sig↓"] if SIG_COLUMN in s.instrument_columns() else []
-    ci_names = [c.removesuffix(" 95% CI") for c in CI_COLUMNS] if s.ci else []
-    w.writerow(["method"] + cols + [f"{c}_sd" for c in cols] + ["seeds", "groups_on"] + sig
-               + [f"{c}_ci_{b}" for c in ci_names for b in ("lo", "hi")])
-    for m in s.methods:
-        cis = [_num(v) for c in ci_names for v in s.ci.get(m, {}).get(c, [float("nan")] * 2)]
-        counts = [str(x) for x in s.sig_counts(m) or ("", "")] if sig else []
-        w.writerow([m] + [_num(s.mean[m][c]) if c in s.mean[m] else "" for c in cols]
-                   + [_num(s.std[m][c]) if c in s.std[m] else "" for c in cols]
-                   + [len(s.seeds[m]), s.group_on] + counts + cis)
-    return buf.getvalue()
+    """:meth:`Summary.frame` as CSV (:func:`to_csv_numbers`)."""
+    return to_csv_numbers(s.frame().reset_index())
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -194,41 +186,56 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 def latex_escape(text: str) -> str:
     """Escape LaTeX specials; ± → $\\pm$, Δ → $\\Delta$, em dash → --."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _latex_cell(text: str) -> str:
+    return latex_escape("−" + text[1:] if text.startswith("-") else text)  # a minus sign, not a hyphen
 
 
 def to_latex(s: Summary) -> str:
-    """A booktabs table (protocol columns, Δs and the instrument columns, no CIs) in a ``table`` float, the lines
-    under the table (minimum detectable ΔHard, hard-set stability) in its caption; needs booktabs and graphicx."""
-    cols = COLUMNS + DELTA_COLUMNS + s.instrument_columns()
-    best = {c: s.best(c) for c in cols}
-
-    def cell(m: str, c: str) -> str:
-        text = _cell(s, m, c)
-        text = latex_escape("−" + text[1:] if text.startswith("-") else text)  # − → $-$
-        return rf"\textbf{{{text}}}" if m in best[c] else text
-
+    """A booktabs table (protocol columns, Δs and the instrument columns, no CIs) in a ``table`` float, rendered by
+    pandas' ``Styler.to_latex``; the lines under the table (minimum detectable ΔHard, hard-set stability) in its
+    caption; needs booktabs and graphicx."""
+    text, bold = shown(s, COLUMNS + DELTA_COLUMNS + s.instrument_columns())
+    text, bold = text.reset_index(), bold.reset_index().assign(method=False)
+    styler = (text.style.hide(axis="index").format(_latex_cell).format_index(latex_escape, axis=1)
+              .apply(lambda d: bold.replace({True: "textbf:--rwrap;", False: ""}), axis=None))
     label = re.sub(r"[^A-Za-z0-9]+", "-", s.title).strip("-").lower()
-    lines = [r"% mr2probe report table; needs \usepackage{booktabs} and \usepackage{graphicx}",
-             r"\begin{table}[t]", r"\centering",
-             rf"\caption{{{latex_escape(s.title)}: {latex_escape(s.header())}; best per column in bold. "
-             rf"{latex_escape(' '.join(n + '.' for n in footnotes(s)))}}}",
-             rf"\label{{tab:{label}}}", r"\resizebox{\linewidth}{!}{%",
-             r"\begin{tabular}{l" + "r" * len(cols) + "}", r"\toprule",
-             "method & " + " & ".join(latex_escape(c) for c in cols) + r" \\", r"\midrule"]
-    lines += [latex_escape(m) + " & " + " & ".join(cell(m, c) for c in cols) + r" \\" for m in s.methods]
-    lines += [r"\bottomrule", r"\end{tabular}}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    caption = (f"{latex_escape(s.title)}: {latex_escape(s.header())}; best per column in bold. "
+               f"{latex_escape(' '.join(n + '.' for n in footnotes(s)))}")
+    tex = styler.to_latex(hrules=True, column_format="l" + "r" * (len(text.columns) - 1), position="t",
+                          position_float="centering", caption=caption, label=f"tab:{label}", environment="table")
+    tex = tex.replace("\\begin{tabular}", "\\resizebox{\\linewidth}{!}{%\n\\begin{tabular}", 1)
+    tex = tex.replace("\\end{tabular}", "\\end{tabular}}", 1)
+    return "% mr2probe report table; needs \\usepackage{booktabs} and \\usepackage{graphicx}\n" + tex
 
 
 def to_html_table(s: Summary) -> str:
-    cols = table_columns(s)
-    best = {c: s.best(c) for c in cols}
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method"] + cols)
-    rows = "".join("<tr><th>" + html.escape(m) + "</th>" + "".join(
-        f"<td><b>{html.escape(_cell(s, m, c))}</b></td>" if m in best[c] else f"<td>{html.escape(_cell(s, m, c))}</td>"
-        for c in cols) + "</tr>" for m in s.methods)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return html_table(*shown(s, table_columns(s)))
+
+
+COMPACT_COLUMNS = ["All", "Hard", "Worst", "ΔHard", "ΔEasy", "ΔHard 95% CI", "HardPrec", "Sig↑/↓"]
+
+
+def terminal_table(s: Summary, width: int = 200) -> str:
+    """The columns a person reads first (All, Hard, Worst, ΔHard, ΔEasy, the ΔHard CI and, with predictions,
+    HardPrec and Sig↑/↓) as a compact rich table, best in bold; the files keep every column."""
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = [c for c in COMPACT_COLUMNS if c in table_columns(s)]
+    text, bold = shown(s, cols)
+    table = Table(title=s.title, caption=mde_line(s), title_justify="left", caption_justify="left")
+    table.add_column("method", no_wrap=True)
+    for c in cols:
+        table.add_column(c, justify="right", no_wrap=True)
+    for m in s.methods:
+        table.add_row(m, *[f"[bold]{v}[/bold]" if b else v for v, b in zip(text.loc[m], bold.loc[m])],
+                      style="dim" if m == s.null else None)
+    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    console.print(table)
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
 
 
 def to_html_confusions(s: Summary) -> str:
@@ -300,12 +307,6 @@ def report_run(run_dir: str | Path, group_on: str = "val", plots: bool = False, 
     return rep
 
 
-def write_report(run_dir: str | Path, group_on: str = "val", plots: bool = False, html_file: bool = False,
-                 null: bool = True) -> str:
-    """Rebuild the tables (and optionally plots / report.html) in ``run_dir``; return the markdown."""
-    return report_run(run_dir, group_on, plots, html_file, null).markdown
-
-
 # ---- across runs -------------------------------------------------------------------------------------------
 
 def run_labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -314,37 +315,6 @@ def run_labels(run_dirs: Sequence[Path]) -> list[str]:
     common = Path(os.path.commonpath(paths)) if paths else Path(".")
     labels = [str(p.relative_to(common)) if p != common else p.name for p in paths]
     return [lab if labels.count(lab) == 1 else str(p) for lab, p in zip(labels, paths)]
-
-
-def combine(reports: Sequence[tuple[str, Summary]]) -> list[dict[str, Any]]:
-    """Δ rows: one per (run, non-reference method) with mean/std over seeds (``scope`` "run", ``n`` = seeds),
-    then one per method averaged over the runs that have it (``scope`` "mean", std over runs, ``n`` = runs)."""
-    rows: list[dict[str, Any]] = []
-    for label, s in reports:
-        for m in s.methods:
-            if m != s.reference:
-                rows.append({"scope": "run", "run": label, "setting": s.title, "reference": s.reference, "method": m,
-                             "n": len(s.seeds[m]), **{c: s.mean[m][c] for c in DELTA_COLUMNS},
-                             **{f"{c}_std": s.std[m][c] for c in DELTA_COLUMNS}})
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    for m in methods:
-        mine = [r for r in rows if r["method"] == m and r["scope"] == "run"]
-        vals = np.array([[r[c] for c in DELTA_COLUMNS] for r in mine])  # [runs, 3]
-        rows.append({"scope": "mean", "run": f"mean over {len(mine)} run{'s' * (len(mine) > 1)}", "setting": "",
-                     "reference": ",".join(dict.fromkeys(r["reference"] for r in mine)), "method": m, "n": len(mine),
-                     **dict(zip(DELTA_COLUMNS, np.nanmean(vals, 0).tolist())),
-                     **{f"{c}_std": sample_sd(vals[:, i]) for i, c in enumerate(DELTA_COLUMNS)}})
-    return rows
-
-
-def _combined_bold(rows: list[dict[str, Any]]) -> list[set[str]]:
-    """Per row, the Δ columns in which its method is best within its block (its run, or the averages)."""
-    best = {}
-    for block in dict.fromkeys(r["run"] for r in rows):
-        mine = [r for r in rows if r["run"] == block]
-        best[block] = {c: best_of({r["method"]: r[c] for r in mine if not r["method"].endswith(" (null)")}, c)
-                       for c in DELTA_COLUMNS}
-    return [{c for c in DELTA_COLUMNS if r["method"] in best[r["run"]][c]} for r in rows]
 
 
 def stability_markdown(stability: dict[str, dict[str, Any]]) -> list[str]:
@@ -362,32 +332,90 @@ def stability_markdown(stability: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def combined_markdown(rows: list[dict[str, Any]], settings: dict[str, str],
-                      stability: dict[str, dict[str, Any]] | None = None) -> str:
-    """The Δ summary as markdown; best per column in bold within each run and within the averages; with
-    ``stability`` (:func:`~mr2probe.summary.hard_set_stability`) the hard-set stability block under it."""
-    lines = ["**Δ to the reference across runs** — per run: mean ± sample SD over seeds; averages: mean ± sample SD "
-             "over runs (points of %); best per column in bold within each block; `(null)` rows: the reference "
-             "trained again on disjoint seeds (what no effect looks like)", ""]
-    lines += [f"- `{run}`: {title}" for run, title in settings.items()]
-    lines += ["", "| run | method | reference | " + " | ".join(DELTA_COLUMNS) + " |",
-              "|---" * (3 + len(DELTA_COLUMNS)) + "|"]
-    for r, bold in zip(rows, _combined_bold(rows)):
-        cells = [_fmt(r[c], r[f"{c}_std"], True) for c in DELTA_COLUMNS]
-        cells = [f"**{x}**" if c in bold else x for x, c in zip(cells, DELTA_COLUMNS)]
-        lines.append(f"| {r['run']} | {r['method']} | {r['reference']} | " + " | ".join(cells) + " |")
-    lines += stability_markdown(stability or {})
+CROSS_RUN_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard", "ΔEasy"]  # + the instruments + the ΔHard CI
+
+
+@dataclass
+class CrossRun:
+    """The summary across runs, as displayed cells: one table of every (run, method) row, one of each method's
+    Δs averaged over runs, the minimum detectable ΔHard per run and the hard-set stability across runs. The
+    numbers behind it are :func:`~mr2probe.summary.cross_run` and :func:`~mr2probe.summary.over_runs`."""
+
+    runs: tuple[pd.DataFrame, pd.DataFrame]  # (text, bold), index [run, method]
+    means: tuple[pd.DataFrame, pd.DataFrame]  # (text, bold), index method
+    settings: dict[str, str]  # run label → title
+    mde: dict[str, str]  # run label → the minimum-detectable line
+    stability: dict[str, dict[str, Any]]
+    numbers: pd.DataFrame  # summary.csv: cross_run rows (scope "run") then over_runs rows (scope "mean")
+
+    HEADER = ("per run: mean ± sample SD over seeds (ddof = 1, points of %), Δ = method − the run's reference "
+              "paired by seed, ΔHard 95% CI: bootstrap of the seed mean over test images; best per column in bold "
+              "within each run; `(null)` rows: the reference trained again on disjoint seeds (what no effect looks "
+              "like). Averages: each method's seed-mean Δ averaged over the runs that have it (± sample SD over "
+              "runs) and the number of runs whose ΔHard CI lies above / below 0.")
+
+
+def cross_run_summary(items: Sequence[tuple[str, Summary]]) -> CrossRun:
+    """Build :class:`CrossRun` from labelled run summaries (the one summary behind report's and bench's
+    summary.md)."""
+    summaries = [s for _, s in items]
+    instruments = list(dict.fromkeys(c for s in summaries for c in s.instrument_columns()))
+    cols = CROSS_RUN_COLUMNS + instruments + (["ΔHard 95% CI"] if any(s.ci for s in summaries) else [])
+    texts, bolds = [], []
+    for label, s in items:
+        text, bold = shown(s, cols)
+        text.insert(0, "encoder", s.encoder)
+        text.insert(0, "dataset", s.dataset)
+        bold.insert(0, "encoder", False)
+        bold.insert(0, "dataset", False)
+        run = pd.Index([label] * len(text), name="run")
+        texts.append(text.set_index(run, append=True).swaplevel())
+        bolds.append(bold.set_index(run, append=True).swaplevel())
+    text, bold = pd.concat(texts), pd.concat(bolds)
+    numbers = cross_run(items)
+    means = over_runs(numbers)
+    m_text = pd.DataFrame({"runs": means["runs"].astype(str)}, index=means.index)
+    for c in DELTA_COLUMNS:
+        m_text[c] = [_fmt(v, sd, True) for v, sd in zip(means[c], means[f"{c}_sd"])]
+    for c in ("ΔHard CI > 0", "ΔHard CI < 0"):
+        if c in means:
+            m_text[c] = means[c].astype(int).astype(str)
+    nulls = {s.null for s in summaries if s.null}
+    m_bold = pd.DataFrame({c: False for c in m_text.columns}, index=m_text.index)
+    for c in DELTA_COLUMNS:
+        best = best_of({m: v for m, v in means[c].items() if m not in nulls}, c)
+        m_bold[c] = m_text.index.isin(list(best))
+    csv_rows = pd.concat([numbers.assign(scope="run"),
+                          means.reset_index().assign(scope="mean", run=f"mean over {len(items)} runs")],
+                         ignore_index=True)
+    csv_rows = csv_rows[["scope"] + [c for c in csv_rows.columns if c != "scope"]]
+    csv_rows[["seeds", "runs"]] = csv_rows[["seeds", "runs"]].astype("Int64")
+    return CrossRun((text, bold), (m_text, m_bold), {lab: s.title for lab, s in items},
+                    {lab: mde_line(s) for lab, s in items}, hard_set_stability(items), csv_rows)
+
+
+def cross_run_markdown(cr: CrossRun, links: dict[str, str] | None = None) -> str:
+    """The summary across runs as markdown; ``links``: run label → the markdown shown in the run column."""
+    text, bold = cr.runs
+    if links:
+        text = text.rename(index=links, level="run")
+        bold = bold.rename(index=links, level="run")
+    lines = [f"**Across runs** — {cr.HEADER}", ""]
+    lines += [f"- `{run}`: {title}" for run, title in cr.settings.items()]
+    lines += ["", markdown_table(text, bold), "", "Minimum detectable ΔHard per run:", ""]
+    lines += [f"- `{run}`: {line.split(': ', 1)[1]}" for run, line in cr.mde.items()]
+    lines += ["", f"**Averages over runs** (mean over {len(cr.settings)} runs at most; a method counts in the runs "
+              "that have it)", "", markdown_table(*cr.means)]
+    lines += stability_markdown(cr.stability)
     return "\n".join(lines) + "\n"
 
 
-def combined_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    keys = ["scope", "run", "setting", "reference", "method", "n"] + DELTA_COLUMNS + [f"{c}_std" for c in DELTA_COLUMNS]
-    w = csv.DictWriter(buf, keys)
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: _num(r[k]) if isinstance(r[k], float) else r[k] for k in keys})
-    return buf.getvalue()
+def to_csv_numbers(df: pd.DataFrame) -> str:
+    """A numbers frame as CSV: 4 decimals, never "-0.0000", empty cells where a value is undefined."""
+    df = df.copy()
+    num = df.select_dtypes("float").columns
+    df[num] = df[num].round(4) + 0.0
+    return df.to_csv(index=False, float_format="%.4f", lineterminator="\n")
 
 
 def summary_paths(run_dirs: Sequence[Path], summary: Path | None) -> tuple[Path, Path]:
@@ -402,31 +430,24 @@ def summary_paths(run_dirs: Sequence[Path], summary: Path | None) -> tuple[Path,
     return summary.with_suffix(".md"), summary.with_suffix(".csv")
 
 
-def to_html(reports: Sequence[RunReport], combined_rows: list[dict[str, Any]] | None = None,
-            stability: dict[str, dict[str, Any]] | None = None) -> str:
-    """One self-contained HTML page: optional Δ summary (and hard-set stability across runs), then per run its
-    table, the lines under it, the hard classes' top confusions, notes and plots (base64 PNG)."""
+def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None) -> str:
+    """One self-contained HTML page: optional summary across runs (and the hard-set stability across runs), then
+    per run its table, the lines under it, the hard classes' top confusions, notes and plots (base64 PNG)."""
     css = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
            "font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
            "th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
            ".note{color:#a60}")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>mr2probe report</title><style>{css}</style>"
              "</head><body><h1>mr2probe report</h1>"]
-    if combined_rows:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["run", "method", "reference"] + DELTA_COLUMNS)
-        def td(text: str, bold: bool = False) -> str:
-            return f"<td><b>{html.escape(text)}</b></td>" if bold else f"<td>{html.escape(text)}</td>"
-
-        body = "".join("<tr>" + "".join(td(str(r[c])) for c in ("run", "method", "reference"))
-                       + "".join(td(_fmt(r[c], r[f"{c}_std"], True), c in bold) for c in DELTA_COLUMNS) + "</tr>"
-                       for r, bold in zip(combined_rows, _combined_bold(combined_rows)))
-        parts.append("<h2>Δ to the reference across runs</h2><p>Per run: mean ± sample SD over seeds; averages: mean "
-                     "± sample SD over runs (points of %); best per column in bold within each block.</p>"
-                     f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    block = stability_markdown(stability or {})
-    if block:
-        parts.append(f"<p>{html.escape(block[1].replace('**', ''))}</p><ul>"
-                     + "".join(f"<li>{html.escape(x[2:])}</li>" for x in block[3:]) + "</ul>")
+    if cross is not None:
+        parts.append(f"<h2>Across runs</h2><p>{html.escape(CrossRun.HEADER)}</p>{html_table(*cross.runs)}"
+                     f"<h3>Averages over runs</h3>{html_table(*cross.means)}<ul>"
+                     + "".join(f"<li>{html.escape(run)}: {html.escape(line)}</li>" for run, line in cross.mde.items())
+                     + "</ul>")
+        block = stability_markdown(cross.stability)
+        if block:
+            parts.append(f"<p>{html.escape(block[1].replace('**', ''))}</p><ul>"
+                         + "".join(f"<li>{html.escape(x[2:])}</li>" for x in block[3:]) + "</ul>")
     for rep in reports:
         s = rep.summary
         parts.append(f"<h2>{html.escape(s.title)}</h2><p>Run folder <code>{html.escape(str(rep.run_dir))}</code>; "
@@ -443,31 +464,30 @@ def to_html(reports: Sequence[RunReport], combined_rows: list[dict[str, Any]] | 
 
 def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: str | Path | None = None,
                html_file: bool = False, plots: bool = True, null: bool = True) -> str:
-    """The ``mr2probe report`` command: per-run files, then (several runs or ``summary`` given) the Δ summary.
-    Returns the text to print. With ``html_file``: one run → RUN_DIR/report.html; several → report.html beside
-    the summary files, holding the summary and every run."""
+    """The ``mr2probe report`` command: per-run files, then (several runs or ``summary`` given) the summary across
+    runs. Returns the text to print: each run's compact table (:func:`terminal_table`) and what was written. With
+    ``html_file``: one run → RUN_DIR/report.html; several → report.html beside the summary files, holding the
+    summary and every run."""
     dirs = [Path(d) for d in run_dirs]
     for d in dirs:  # fail before writing anything
         load_results(d)
     reports = [report_run(d, group_on, plots, html_file and len(dirs) == 1, null) for d in dirs]
     out = []
     for rep in reports:
-        out += [rep.markdown.rstrip("\n")] + rep.notes
+        out += [terminal_table(rep.summary).rstrip("\n")] + rep.notes
         names = ["table.md", "table.csv", "table.tex", "summary.json"] + [p.name for p in rep.plots]
         names += ["report.html"] if html_file and len(dirs) == 1 else []
         out.append(f"wrote {rep.run_dir}/{{{','.join(names)}}}")
         out.append("")
     if len(dirs) > 1 or summary is not None:
-        labels = run_labels(dirs)
-        rows = combine([(lab, rep.summary) for lab, rep in zip(labels, reports)])
-        stability = hard_set_stability([(lab, rep.summary) for lab, rep in zip(labels, reports)])
-        md = combined_markdown(rows, {lab: rep.summary.title for lab, rep in zip(labels, reports)}, stability)
+        cross = cross_run_summary(list(zip(run_labels(dirs), (rep.summary for rep in reports))))
         md_path, csv_path = summary_paths(dirs, Path(summary) if summary is not None else None)
-        atomic_text(md_path, md)
-        atomic_text(csv_path, combined_csv(rows))
-        out += [md, f"wrote {md_path} and {csv_path}"]
+        atomic_text(md_path, cross_run_markdown(cross))
+        atomic_text(csv_path, to_csv_numbers(cross.numbers))
+        out += ["Averages over runs (Δ to each run's reference; per-run rows in the summary file):",
+                markdown_table(*cross.means), f"wrote {md_path} and {csv_path}"]
         if html_file:
             html_path = md_path.parent / "report.html"
-            atomic_text(html_path, to_html(reports, rows, stability))
+            atomic_text(html_path, to_html(reports, cross))
             out.append(f"wrote {html_path}")
     return "\n".join(out)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
 from .errors import UserError
 from .metrics import (COLUMNS, DELTA_COLUMNS, GROUPS_ON, INSTRUMENT_COLUMNS, SIG_COLUMN, Z_ALPHA, Z_POWER, Bootstrap,
@@ -20,6 +21,7 @@ from .metrics import (COLUMNS, DELTA_COLUMNS, GROUPS_ON, INSTRUMENT_COLUMNS, SIG
 
 LOWER_IS_BETTER = frozenset({"Std", "Gap"})
 HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS) | {"HardPrec"}
+CI_NAMES = ["All", "Hard", "ΔHard", "ΔEasy", "ΔAll"]  # the columns with a bootstrap CI (``Summary.ci``)
 SIG_Q = 0.05  # q-value threshold of the Sig↑/↓ counts
 TOP_CONFUSIONS = 3
 INSTRUMENTS_DEFINITIONS = {
@@ -120,6 +122,33 @@ class Summary:
                 "mean": self.mean, "std": self.std, "ci_values": self.ci, "seeds": self.seeds,
                 "minimum_detectable_delta_hard": self.mde, "hard_set_stability_seeds": self.seed_stability,
                 "instruments": self.instruments_dict()}
+
+    def numeric_columns(self) -> list[str]:
+        """The mean ± SD columns: the protocol's, the Δs, and the instruments this run has (HardPrec, HardRate)."""
+        return COLUMNS + DELTA_COLUMNS + [c for c in self.instrument_columns() if c != SIG_COLUMN]
+
+    def frame(self) -> pd.DataFrame:
+        """The table as numbers, one row per method (index ``method``): every column's seed mean (%), then
+        ``<col>_sd`` (sample SD; NaN for one seed), ``seeds``, ``groups_on``, with the per-class test ``Sig↑`` /
+        ``Sig↓`` (counts; empty for the reference), with CIs ``<col>_ci_lo`` / ``_hi``. A method without test
+        predictions has NaN instrument cells. Every writer (CSV, the markdown/LaTeX/HTML tables, the cross-run
+        summary, ``mr2probe.summarize``) starts from this frame."""
+        cols = self.numeric_columns()
+        idx = pd.Index(self.methods, name="method")
+        df = pd.DataFrame([self.mean[m] for m in self.methods], index=idx).reindex(columns=cols)
+        sd = pd.DataFrame([self.std[m] for m in self.methods], index=idx).reindex(columns=cols).add_suffix("_sd")
+        df = pd.concat([df, sd], axis=1)
+        df["seeds"] = [len(self.seeds[m]) for m in self.methods]
+        df["groups_on"] = self.group_on
+        if SIG_COLUMN in self.instrument_columns():
+            counts = [self.sig_counts(m) or (None, None) for m in self.methods]
+            df["Sig↑"] = pd.array([c[0] for c in counts], dtype="Int64")
+            df["Sig↓"] = pd.array([c[1] for c in counts], dtype="Int64")
+        if self.ci:
+            for c in CI_NAMES:
+                for i, b in enumerate(("lo", "hi")):
+                    df[f"{c}_ci_{b}"] = [self.ci.get(m, {}).get(c, [np.nan] * 2)[i] for m in self.methods]
+        return df
 
     def best(self, col: str) -> set[str]:
         """Methods holding the best displayed value of ``col`` (empty for CI columns or < 2 candidates); neither
@@ -237,7 +266,7 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         seeds[method] = [r["seed"] for r in runs]
         per_seed[method] = cols
         if boot is not None and have_preds(runs):
-            draws[method] = boot.seed_mean(preds)
+            draws[method] = ref_t if method == reference else boot.seed_mean(preds)
             ci[method] = boot.cis(draws[method], ref_t if method != reference else None)
     prov = results.get("provenance", {})
     title = f"{prov.get('encoder', '?')} on {prov.get('dataset', '?')}, {results.get('head', '?')} head, " \
@@ -392,6 +421,30 @@ def hard_set_stability(items: Sequence[tuple[str, Summary]]) -> dict[str, dict[s
                  for a, b in zip(*np.triu_indices(len(runs), 1))]
         j = mean_pairwise_jaccard(members)
         out[ds] = {"runs": [lab for lab, _ in runs], "pairs": pairs, "mean": j if np.isfinite(j) else None}
+    return out
+
+
+def cross_run(items: Sequence[tuple[str, Summary]]) -> pd.DataFrame:
+    """Several runs as one frame, one row per (run, method): ``run`` (its label), ``setting`` (the table title),
+    ``dataset``, ``encoder``, ``reference``, ``method``, then the run's :meth:`Summary.frame` columns."""
+    frames = [s.frame().reset_index().assign(run=label, setting=s.title, dataset=s.dataset, encoder=s.encoder,
+                                             reference=s.reference) for label, s in items]
+    df = pd.concat(frames, ignore_index=True)
+    first = ["run", "setting", "dataset", "encoder", "reference", "method"]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def over_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """Per method, over the runs where it is not the reference (``df`` from :func:`cross_run`): ``runs``, the mean
+    and sample SD over runs (``_sd``) of each run's seed-mean ΔHard, ΔEasy, ΔAll, and with CIs the number of runs
+    whose ΔHard 95% CI lies above 0 (``ΔHard CI > 0``) and below 0 (``ΔHard CI < 0``). Index ``method``."""
+    d = df[df["method"] != df["reference"]]
+    g = d.groupby("method", sort=False)
+    out = g[DELTA_COLUMNS].mean().join(g[DELTA_COLUMNS].std(ddof=1).add_suffix("_sd"))
+    out.insert(0, "runs", g.size())
+    if "ΔHard_ci_lo" in d:
+        out["ΔHard CI > 0"] = (d["ΔHard_ci_lo"] > 0).groupby(d["method"], sort=False).sum()
+        out["ΔHard CI < 0"] = (d["ΔHard_ci_hi"] < 0).groupby(d["method"], sort=False).sum()
     return out
 
 

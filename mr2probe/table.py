@@ -18,9 +18,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .metrics import COLUMNS, DELTA_COLUMNS
 from .report import load_predictions, load_results as load_results_json, run_labels
-from .summary import Summary, summarize as summarize_run
+from .summary import Summary, cross_run, summarize as summarize_run
 
 
 def _dirs(run_dirs: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -67,16 +66,15 @@ def load_results(run_dirs: str | Path | Iterable[str | Path], group_on: str = "v
 
 
 def summarize(run_dirs: str | Path | Iterable[str | Path], group_on: str = "val", null: bool = True) -> pd.DataFrame:
-    """One row per (run, method): the protocol's columns (mean over seeds, in %), their sample SDs (``<col>_sd``),
-    the CI bounds (``<col>_ci_lo`` / ``_hi``) and the number of seeds."""
-    rows = []
-    for label, results, s in _summaries(run_dirs, group_on, null):
-        for m in s.methods:
-            row = {"run": label, **_setting(results), "groups_on": group_on, "method": m,
-                   "reference": m == s.reference, "null_control": m == s.null, "seeds": len(s.seeds[m])}
-            for c in COLUMNS + DELTA_COLUMNS:
-                row[c], row[f"{c}_sd"] = s.mean[m][c], s.std[m][c]
-            for c, (lo, hi) in s.ci.get(m, {}).items():
-                row[f"{c}_ci_lo"], row[f"{c}_ci_hi"] = lo, hi
-            rows.append(row)
-    return pd.DataFrame(rows)
+    """One row per (run, method): :func:`~mr2probe.summary.cross_run` (the frame behind every table and
+    summary.csv: the protocol's columns as means over seeds in %, ``<col>_sd``, ``seeds``, CI bounds
+    ``<col>_ci_lo`` / ``_hi``, Sig↑ / Sig↓) with the run's head, adapter and training profile, and booleans
+    ``is_reference`` and ``null_control``."""
+    items = _summaries(run_dirs, group_on, null)
+    df = cross_run([(label, s) for label, _, s in items])
+    setting = pd.DataFrame([{"run": label, **_setting(results)} for label, results, _ in items])
+    df = df.merge(setting[["run", "head", "adapter", "profile"]], on="run", how="left")
+    nulls = {label: s.null for label, _, s in items}
+    df.insert(6, "is_reference", df["method"] == df["reference"])
+    df.insert(7, "null_control", df["method"] == df["run"].map(nulls))
+    return df

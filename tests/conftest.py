@@ -52,3 +52,18 @@ def run_cli(*args: str, timeout: float = 600):
 
     return subprocess.run([sys.executable, "-m", "mr2probe", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
+
+
+def md_rows(text: str, first: str) -> list[dict[str, str]]:
+    """The rows of the markdown pipe table in ``text`` whose header starts with column ``first``, as
+    {column: stripped cell} (the alignment row skipped)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|")
+                 and line.strip("|").split("|")[0].strip() == first)
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in line.strip().strip("|").split("|")))))
+    return rows

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, md_rows, run_cli
 from mr2probe.bench import load_suite, run_suite
 from mr2probe.errors import UserError
 
@@ -52,12 +52,16 @@ def test_suite_runs_skips_missing_cells_and_reuses_features(tmp_path: Path) -> N
     results = json.loads((run_dir / "results.json").read_text())
     assert {(x["method"], x["seed"]) for x in results["runs"]} == {("ce", 0), ("mr2", 0), ("ce (null)", 1)}
     assert results["provenance"]["splits"]["test"] == 50 and results["config"]["train"]["epochs"] == 2
-    assert "| mr2 |" in (run_dir / "table.md").read_text()
+    assert "mr2" in [r["method"] for r in md_rows((run_dir / "table.md").read_text(), "method")]
     for png in ("per_class.png", "groups.png", "variability.png", "tradeoff.png"):  # the report's plots too
         assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
-    assert sorted(p.name for p in out.iterdir()) == ["fashion-mnist-efficientnet-lite0-linear", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["fashion-mnist-efficientnet-lite0-linear", "summary.csv",
+                                                     "summary.md"]
     summary = (out / "summary.md").read_text()
-    assert "| fashion-mnist | efficientnet-lite0 |" in summary and "## Skipped cells" in summary
+    cells = md_rows(summary, "run")
+    assert {(r["dataset"], r["encoder"], r["method"]) for r in cells} == {
+        ("fashion-mnist", "efficientnet-lite0", m) for m in ("ce", "mr2", "ce (null)")}
+    assert "## Skipped cells" in summary
     assert summary.count("- cifar100 × ") == 2 and summary.count("- fashion-mnist × mocov2") == 1
 
     h5 = feats / "fashion-mnist-efficientnet-lite0-pc5.h5"
@@ -155,11 +159,10 @@ def test_summary_has_easy_deltas_hard_cis_and_counts_of_clear_runs(tmp_path: Pat
     summary = report_run(run_dir).summary
     suite = Suite(path=tmp_path / "t.toml", datasets=["d"], encoders=[], methods=list(acc), heads=["linear"], seeds=[0])
     text = write_summary(suite, [CellResult("d", "e", "linear", "done", "", run_dir, summary)], tmp_path).read_text()
-    header = next(line for line in text.splitlines() if line.startswith("| dataset |"))
-    assert "| ΔEasy |" in header and "| ΔHard 95% CI |" in header
-    row = next(line for line in text.splitlines() if line.startswith("| d | e |") and "| mr2 |" in line)
-    lo, hi = map(float, re.search(r"\| \[(-?[\d.]+), (-?[\d.]+)\] \|$", row).groups())
-    assert "| +40.00 |" in row and "±" not in row and 0 < lo < 40 < hi, row  # one seed: no sample SD
-    avg = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.count("|") == 8}
-    assert avg["mr2"] == "| mr2 | 1 | +13.33 | +40.00 | +0.00 | 1 | 0 |"
-    assert avg["mr2_uniform"] == "| mr2_uniform | 1 | -6.67 | -20.00 | +0.00 | 0 | 1 |"
+    row = next(r for r in md_rows(text, "run") if r["method"] == "mr2")
+    assert (row["dataset"], row["encoder"]) == ("d", "e") and {"ΔEasy", "ΔHard 95% CI"} <= set(row)
+    lo, hi = map(float, re.fullmatch(r"\[(-?[\d.]+), (-?[\d.]+)\]", row["ΔHard 95% CI"]).groups())
+    assert row["ΔHard"] == "**+40.00**" and 0 < lo < 40 < hi, row  # one seed: no sample SD
+    avg = {r["method"]: r for r in md_rows(text, "method")}
+    assert list(avg["mr2"].values()) == ["mr2", "1", "**+40.00**", "**0.00**", "**+13.33**", "1", "0"]
+    assert list(avg["mr2_uniform"].values()) == ["mr2_uniform", "1", "-20.00", "**0.00**", "-6.67", "0", "1"]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 
-from conftest import BUNDLED, run_cli
+from conftest import BUNDLED, md_rows, run_cli
 from mr2probe.metrics import COLUMNS, DELTA_COLUMNS
 
 
@@ -15,8 +15,10 @@ def test_train_report_info_on_bundled_file(tmp_path: Path) -> None:
     r = run_cli("train", "--out", str(out), "--methods", "ce,mr2", "--seeds", "2", "--epochs", "5", "-q")
     assert r.returncode == 0, r.stderr
     assert "bundled" in r.stderr
-    header = next(line for line in r.stdout.splitlines() if line.startswith("| method"))
-    assert [c.strip() for c in header.strip("|").split("|")][:13] == ["method"] + COLUMNS + DELTA_COLUMNS
+    header = next(line for line in r.stdout.splitlines() if "method" in line)  # the compact terminal table
+    assert header.split()[1:9:2] == ["method", "All", "Hard", "Worst"] and "ΔHard" in header
+    assert "ce (null)" in r.stdout and "Minimum detectable ΔHard" in r.stdout
+    assert list(md_rows((out / "table.md").read_text(), "method")[0])[:13] == ["method"] + COLUMNS + DELTA_COLUMNS
     res = json.loads((out / "results.json").read_text())
     assert {(x["method"], x["seed"]) for x in res["runs"]} == {("ce", 0), ("ce", 1), ("mr2", 0), ("mr2", 1),
                                                             ("ce (null)", 2), ("ce (null)", 3)}

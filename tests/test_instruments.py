@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import math
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
+from conftest import md_rows
 from mr2probe.bench import CellResult, Suite, write_summary
 from mr2probe.metrics import (COLUMNS, DELTA_COLUMNS, Z_ALPHA, Z_POWER, bh_qvalues, confusion, exact_mcnemar,
                               hard_instruments, jaccard_matrix, mean_pairwise_jaccard, per_class_accuracy,
@@ -254,12 +256,11 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
     d = hand_run(tmp_path / "run")
     rep = report_run(d, html_file=True)
     s = rep.summary
-    header = next(line for line in rep.markdown.splitlines() if line.startswith("| method"))
-    cols = [c.strip() for c in header.strip("|").split("|")]
+    table = md_rows(rep.markdown, "method")
+    cols = list(table[0])
     assert cols[:13] == ["method"] + COLUMNS + DELTA_COLUMNS
     assert cols[13:16] == ["HardPrec", "HardRate", "Sig↑/↓"] and cols[16] == "All 95% CI"
-    row = next(line for line in rep.markdown.splitlines() if line.startswith("| overpredict |"))
-    cells = dict(zip(cols, [c.strip() for c in row.strip("|").split("|")]))
+    cells = next(r for r in table if r["method"] == "overpredict")
     assert cells["HardPrec"] == "33.33 ± 0.00" and cells["HardRate"] == "3.00 ± 0.00" and cells["Sig↑/↓"] == "2 / 4"
     assert "Hard-set stability across seeds (ce, each seed ranked on its own val accuracy): mean pairwise " \
            "Jaccard 1.00 over 2 seeds (1 pair)" in rep.markdown
@@ -276,10 +277,10 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
     body = [line for line in tex.splitlines() if line.startswith("overpredict &")][0]
     assert len(body.split(" & ")) == 1 + len(COLUMNS + DELTA_COLUMNS) + 3 and "33.33 $\\pm$ 0.00" in body
 
-    page = (d / "report.html").read_text()
+    page = re.sub(r">\s+<", "><", (d / "report.html").read_text())
     assert "<th>HardPrec</th><th>HardRate</th><th>Sig↑/↓</th>" in page and "Minimum detectable ΔHard" in page
     assert "Top confusions of the hard classes" in page and "→ c4: 10 (25.0%)" in page
-    assert page.count("<table>") == 2  # the table and the confusions
+    assert page.count("<table") == 2  # the table and the confusions
     assert "<th>ce (null)</th>" not in page.split("Top confusions")[1]  # the null control left out there
 
     js = json.loads((d / "summary.json").read_text())
@@ -305,7 +306,8 @@ def test_hard_set_stability_across_runs_and_bench_summary(tmp_path: Path) -> Non
     b = write_run(tmp_path / "runs" / "b", {"ce": [predict(REF)], "mr2": [predict(REF)]}, dataset="other_ds")
     text = run_report([a1, a2, b], plots=False)
     md = (tmp_path / "runs" / "summary.md").read_text()
-    assert "Hard-set stability across runs of the same dataset" in md and md in text
+    assert "Hard-set stability across runs of the same dataset" in md
+    assert f"wrote {tmp_path / 'runs' / 'summary.md'}" in text
     assert "- hand_ds: mean 0.33 over 2 runs (a1 vs a2: 0.33)" in md and "other_ds" not in md.split("stability")[-1]
     reps = [(p.name, report_run(p).summary) for p in (a1, a2, b)]
     st = hard_set_stability(reps)
@@ -315,12 +317,12 @@ def test_hard_set_stability_across_runs_and_bench_summary(tmp_path: Path) -> Non
                   seeds=[0, 1])
     cells = [CellResult("hand_ds", "hand_enc", "linear", "done", "", p, s_) for (_, s_), p in zip(reps, (a1, a2, b))]
     summary = write_summary(suite, cells, tmp_path).read_text()
-    header = next(line for line in summary.splitlines() if line.startswith("| dataset |"))
-    assert "| HardPrec | HardRate | Sig↑/↓ | ΔHard 95% CI |" in header
-    over = next(line for line in summary.splitlines() if "| overpredict |" in line and line.startswith("| hand_ds"))
-    assert "| 33.33 ± 0.00 | 3.00 ± 0.00 | 2 / 4 |" in over
+    table = md_rows(summary, "run")
+    assert list(table[0])[-4:] == ["HardPrec", "HardRate", "Sig↑/↓", "ΔHard 95% CI"]
+    over = next(r for r in table if r["method"] == "overpredict" and r["run"] == "[a1](a1/table.md)")
+    assert (over["HardPrec"], over["HardRate"], over["Sig↑/↓"]) == ("33.33 ± 0.00", "3.00 ± 0.00", "2 / 4")
     assert "- hand_ds: mean 0.33 over 2 runs (a1 vs a2: 0.33)" in summary
-    assert "Minimum detectable ΔHard (80% power, α = 0.05) per run:" in summary
+    assert "Minimum detectable ΔHard per run:" in summary
 
 
 def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
@@ -343,8 +345,8 @@ def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
     partial = {k: v for k, v in preds.items() if not k.startswith("mixed/")}
     s = summarize(load_results(d), partial)
     assert "HardPrec" in s.mean["ce"] and "HardPrec" not in s.mean["mixed"] and "mixed" not in s.significance
-    row = next(line for line in to_markdown(s).splitlines() if line.startswith("| mixed |"))
-    assert "|  |  |  |" in row
+    row = next(r for r in md_rows(to_markdown(s), "method") if r["method"] == "mixed")
+    assert row["HardPrec"] == row["HardRate"] == row["Sig↑/↓"] == "" and row["Hard"]
     assert next(r for r in csv.DictReader(to_csv(s).splitlines()) if r["method"] == "mixed")["HardPrec"] == ""
     # a single seed and no predictions: no MDE, said so
     one = write_run(tmp_path / "one", {"ce": [predict(REF)], "mr2": [predict(REF)]}, with_predictions=False)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from conftest import run_cli
 from mr2probe.cli import app
 from mr2probe.metrics import COLUMNS, DELTA_COLUMNS
+from conftest import md_rows
 from mr2probe.report import load_results, summarize, to_latex, to_markdown
 
 NAMES = [f"class {i}" for i in range(7)]
@@ -110,14 +111,18 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
     per_run = [x for x in rows if x["scope"] == "run"]
     mean = {x["method"]: x for x in rows if x["scope"] == "mean"}
     assert {(x["run"], x["method"]) for x in per_run} == {(r, m) for r in ("linear", "cosine")
-                                                          for m in ("mr2", "mr2_uniform")}
+                                                          for m in ("ce", "mr2", "mr2_uniform")}
+    assert {x["reference"] for x in per_run} == {"ce"} and set(mean) == {"mr2", "mr2_uniform"}
     run_dh = [float(x["ΔHard"]) for x in per_run if x["method"] == "mr2"]
-    assert float(mean["mr2"]["ΔHard"]) == pytest.approx(np.mean(run_dh), abs=1e-4) and mean["mr2"]["n"] == "2"
+    assert float(mean["mr2"]["ΔHard"]) == pytest.approx(np.mean(run_dh), abs=1e-4) and mean["mr2"]["runs"] == "2"
     assert run_dh[0] == pytest.approx(15.0) and run_dh[1] == pytest.approx(20.0)  # cosine: mr2 +5 on hard
     md = (tmp_path / "sum.md").read_text()
-    assert "mean over 2 runs" in md and "| linear | mr2 |" in md and "| cosine | mr2 |" in md
+    runs = {(x["run"], x["method"]): x for x in md_rows(md, "run")}
+    assert "mean over 2 runs" in md and runs["cosine", "mr2"]["ΔHard"] == "**+20.00 ± 0.00**"
+    assert runs["linear", "mr2"]["dataset"] == "hand_ds" and runs["linear", "ce"]["ΔHard"] == "—"
+    assert md_rows(md, "method")[0]["ΔHard"] == "**+17.50 ± 3.54**"  # averages: mean ± SD over the 2 runs
     page = (tmp_path / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 8 and page.count("<table>") == 3 and "mr2_uniform" in page
+    assert page.count("data:image/png;base64,") == 8 and page.count("<table") == 4 and "mr2_uniform" in page
     # one run, --no-plots then --html: a report.html in the run folder with its table and 4 images
     r = CliRunner().invoke(app, ["report", str(a), "--html"])
     assert r.exit_code == 0, r.output

@@ -28,5 +28,5 @@ def test_long_form_and_summary_agree_with_the_report(tmp_path: Path) -> None:
     row = s[(s["run"] == "linear") & (s["method"] == "mr2")].iloc[0]
     assert row["Hard"] == pytest.approx(ref.mean["mr2"]["Hard"]) == pytest.approx(100 * hard[("linear", "mr2")])
     assert row["Hard_sd"] == pytest.approx(np.std([45.0, 50.0], ddof=1)) and row["seeds"] == 2
-    assert bool(s[s["method"] == "ce"]["reference"].all()) and s.pivot(index="method", columns="head",
+    assert bool(s[s["method"] == "ce"]["is_reference"].all()) and s.pivot(index="method", columns="head",
                                                                         values="ΔHard").shape == (3, 2)
