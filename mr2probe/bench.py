@@ -26,12 +26,11 @@ Suite schema (unknown keys anywhere are refused; relative paths are relative to 
     [extract]                                        # optional, overrides every recipe: per_class, batch_size,
     per_class = 5                                    #   workers, dtype, amp, runtime, device
 
-    [train]                                          # optional, as the `mr2probe train` flags: epochs,
-    epochs = 30                                      #   batch_size, lr, wd (a number or a list: the grid),
-    lr = [1e-3, 1e-2]                                #   method_grid (bool), set ({method = {param = value}}),
-    set = { mr2 = { p = 2 } }                        #   select, val_fraction, reference, width, scale (grid),
-                                                     #   learn_scale, max_memory, device, min_steps, null,
-                                                     #   groups_on (val | crossfit | test)
+    [train]                                          # optional: every setting of `mr2probe.settings.TRAIN`
+    epochs = 30                                      #   under the name of its `mr2probe train` flag (--min-steps
+    lr = [1e-3, 1e-2]                                #   → min_steps; --no-null → null = false), grids as a
+    set = { mr2 = { p = 2 } }                        #   number or a list; plus set ({method = {param = value}},
+                                                     #   as --set)
 
 Dataset folders: ``[roots]``, else ``DATA_ROOT/<dataset>`` when that folder exists, else the dataset's own
 default places (e.g. ``/usr/share/datasets/fashion-mnist``).
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .atomic import atomic_text
+from .distributed import rank_world
 from .errors import UserError
 from .recipes import read_toml
 
@@ -54,11 +54,6 @@ TOP_KEYS = {"description", "datasets", "encoders", "methods", "heads", "seeds", 
             "train", "profiles"}
 EXTRACT_KEYS = {"per_class": int, "batch_size": int, "workers": int, "dtype": str, "amp": str, "runtime": str,
                 "device": str}
-TRAIN_KEYS: dict[str, Any] = {"epochs": int, "batch_size": int, "lr": "floats", "wd": "floats", "method_grid": bool,
-                              "set": dict, "select": str, "val_fraction": float, "reference": str, "width": int,
-                              "scale": "floats", "learn_scale": bool, "max_memory": (str, int), "device": str,
-                              "min_steps": int, "null": bool, "groups_on": str, "episodes": int,
-                              "profile_seed": int}
 
 
 @dataclass
@@ -127,6 +122,15 @@ def _table(where: str, data: Any, schema: dict[str, Any]) -> dict[str, Any]:
     return dict(data)
 
 
+def _train_table(where: str, data: Any) -> dict[str, Any]:
+    """[train]: the settings of :data:`~mr2probe.settings.TRAIN` by their names, plus ``set``."""
+    from .settings import check_table
+
+    if not isinstance(data, dict):
+        raise UserError(f"{where} must be a table")
+    return check_table(data, where, extra={"set": dict})
+
+
 def _names(where: str, value: Any) -> list[str]:
     if not (isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value)):
         raise UserError(f"{where} must be a non-empty list of names, got {value!r}")
@@ -191,7 +195,7 @@ def load_suite(path: str | Path) -> Suite:
     suite = Suite(path, datasets, encoders, methods, heads, list(seeds), adapter,
                   {d: Path(r) for d, r in roots.items()}, _table(f"{where} [extract]", data.get("extract", {}),
                                                                   EXTRACT_KEYS),
-                  _table(f"{where} [train]", data.get("train", {}), TRAIN_KEYS), skipped,
+                  _train_table(f"{where} [train]", data.get("train", {})), skipped,
                   _names(f"{where}: profiles", data.get("profiles", ["full"])))
     _check_extract(suite)
     from .metrics import GROUPS_ON
@@ -220,38 +224,18 @@ def _check_extract(suite: Suite) -> None:
 
 def experiment_config(suite: Suite, head: str, features: Path, out: Path, progress: bool = True,
                       profile: str = "full") -> ExperimentConfig:
-    """The ``ExperimentConfig`` of one head × training profile of one cell (the suite's [train] settings)."""
-    from .experiment import ExperimentConfig
-    from .heads import ProbeConfig
-    from .probes import REFERENCE_PROBES
-    from .profiles import parse_profile
-    from .trainer import TrainConfig, method_hparams
+    """The ``ExperimentConfig`` of one head × training profile of one cell (the suite's [train] settings;
+    ``episodes`` applies to the profiles other than ``full``)."""
+    from .experiment import config_from_settings
 
-    t = suite.train
-    floats = lambda v: tuple(float(x) for x in (v if isinstance(v, list) else [v]))  # noqa: E731
-    set_ = t.get("set", {})
+    values = {k: v for k, v in suite.train.items() if k not in ("set", "groups_on")}
+    if profile.strip() == "full":
+        values.pop("episodes", None)
+    set_ = suite.train.get("set", {})
     if not all(isinstance(v, dict) for v in set_.values()):
         raise UserError(f"suite {suite.path} [train]: set takes {{method = {{param = value}}}}")
-    defaults = TrainConfig()
-    scales = floats(t.get("scale", list(defaults.scales)))
-    probe = ProbeConfig(head=head, adapter=suite.adapter, width=t.get("width", 256), scale=scales[0],
-                        learn_scale=t.get("learn_scale", False))
-    tcfg = TrainConfig(epochs=t.get("epochs", defaults.epochs), batch_size=t.get("batch_size", defaults.batch_size),
-                       lrs=floats(t.get("lr", list(defaults.lrs))),
-                       weight_decays=floats(t.get("wd", list(defaults.weight_decays))),
-                       min_steps=t.get("min_steps", defaults.min_steps), scales=scales,
-                       method_params={m: dict(p) for m, p in set_.items()},
-                       use_method_grids=t.get("method_grid", True), probe=probe, device=t.get("device"),
-                       progress=progress)
-    for m in suite.methods:
-        if m not in REFERENCE_PROBES:
-            method_hparams(m, tcfg)  # unknown --set parameters
-    extra = {"max_memory": t["max_memory"]} if "max_memory" in t else {}
-    return ExperimentConfig(features=features, out=out, methods=list(suite.methods), seeds=list(suite.seeds),
-                            select=t.get("select", "acc"), val_fraction=float(t.get("val_fraction", 0.1)),
-                            reference=t.get("reference", "ce"), null=t.get("null", True), train=tcfg,
-                            profile=parse_profile(profile, 1 if profile.strip() == "full" else t.get("episodes", 1),
-                                                  t.get("profile_seed", 0)), **extra)
+    return config_from_settings(features, out, list(suite.methods), list(suite.seeds), head, suite.adapter, values,
+                                set_, profile, progress)
 
 
 def dataset_root(suite: Suite, dataset: str, data_root: Path | None) -> Path | None:
@@ -350,6 +334,8 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
                     if not report_only:
                         run_experiment(experiment_config(suite, head.split(" · ")[0], feats, run_dir, progress,
                                                          profile))
+                    if rank_world()[0] != 0:
+                        continue  # under torchrun rank 0 reports and writes summary.md
                     # tables and the four PNGs, as `mr2probe report`; its summary has the bootstrap CIs
                     summary = report_run(run_dir, suite.train.get("groups_on", "val"), plots=True).summary
                 except UserError as e:
@@ -358,6 +344,8 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
                     continue
                 log(f"{cell} × {head}: wrote {run_dir}")
                 results.append(CellResult(dataset, enc.label, head, "done", "", run_dir, summary))
+    if rank_world()[0] != 0:
+        return results
     path = write_summary(suite, results, out)
     log(f"wrote {path}")
     return results

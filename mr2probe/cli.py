@@ -5,6 +5,7 @@ Every ``UserError`` becomes one line on stderr and exit code 2; Ctrl-C says how 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Callable, Optional
 
 import typer
 
+from .distributed import init_distributed, rank_world
 from .errors import UserError
+from .settings import TRAIN, Setting, parse_floats
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Linear-probe benchmarks of frozen encoders: extract → train (CE, MR2, baselines) → report.")
@@ -38,6 +41,41 @@ def guarded(resume_hint: str = "") -> Callable:
                 hint = (resume_hint or "nothing was written").replace("OUT", str(out) if out else "OUT")
                 fail(f"interrupted; {hint}", 130)
 
+        return wrapper
+
+    return deco
+
+
+def with_settings(settings: dict[str, Setting]) -> Callable:
+    """Give a command one option per setting (flag, default and help from the schema, :mod:`mr2probe.settings`)
+    and pass their values to it as ``settings`` ({name: value}, grids as tuples, ``--no-X`` flags as X)."""
+
+    def option(s: Setting) -> inspect.Parameter:
+        if s.kind == "bool":
+            default, annotation = False, bool  # --no-X for a default-on setting, --X for a default-off one
+        elif s.kind == "floats":
+            default, annotation = ",".join(f"{v:g}" for v in s.default), str
+        elif s.kind in ("device", "size"):
+            default, annotation = s.default, Optional[str]
+        else:
+            default, annotation = s.default, {"int": int, "float": float, "str": str}[s.kind]
+        text = s.help + (" [on by default; this flag turns it off]" if s.kind == "bool" and s.default else "")
+        return inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                 default=typer.Option(default, s.flag, help=text))
+
+    def value(s: Setting, given: object) -> object:
+        if s.kind == "bool":
+            return not given if s.default else bool(given)
+        return parse_floats(str(given), s.flag) if s.kind == "floats" else given
+
+    def deco(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "settings"]
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, settings={n: value(s, kwargs.pop(n)) for n, s in settings.items()}, **kwargs)
+
+        wrapper.__signature__ = inspect.Signature(own + [option(s) for s in settings.values()])
         return wrapper
 
     return deco
@@ -72,7 +110,7 @@ def extract(
 ) -> None:
     """Run a frozen encoder over a dataset and cache features + labels + provenance in HDF5 (resumable;
     under `torchrun --nproc_per_node=N -m mr2probe extract ...` each split is sharded over N processes)."""
-    from .extract import ExtractConfig, extract as run_extract, init_distributed
+    from .extract import ExtractConfig, extract as run_extract
     from .recipes import load_recipe
 
     settings = load_recipe(recipe) if recipe else {}
@@ -91,9 +129,7 @@ def extract(
                         overwrite=overwrite, progress=not quiet, **settings)
     init_distributed()
     path = run_extract(cfg)
-    from .extract import _dist
-
-    if _dist()[0] == 0:
+    if rank_world()[0] == 0:
         typer.echo(f"wrote {path}")
 
 
@@ -124,13 +160,6 @@ def info(file: Path = typer.Argument(..., help="Feature file (.h5)."),
             typer.echo(f"    {key} = {v}")
 
 
-def _floats(text: str, flag: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise UserError(f"{flag} takes comma-separated numbers, got {text!r}") from None
-
-
 def _method_params(items: list[str]) -> dict[str, dict]:
     """``--set mr2.p=2 --set focal.gamma=1`` → {"mr2": {"p": 2.0}, "focal": {"gamma": 1.0}}."""
     out: dict[str, dict] = {}
@@ -150,6 +179,7 @@ def _method_params(items: list[str]) -> dict[str, dict]:
 
 @app.command()
 @guarded("rerun the same command to resume: finished seeds are kept in OUT/parts")
+@with_settings(TRAIN)
 def train(
     features: Optional[Path] = typer.Option(None, "--features", "-f", help="Feature file (.h5). Default: the "
                                             "bundled Fashion-MNIST × EfficientNet-Lite0 subset."),
@@ -158,78 +188,39 @@ def train(
                                 "methods`), or 'all'."),
     head: str = typer.Option("linear", "--head", help="Probe head: linear or cosine."),
     adapter: str = typer.Option("none", "--adapter", help="Trainable adapter before the head: none, linear, mlp."),
-    width: int = typer.Option(256, "--width", help="Adapter output width."),
-    scale: str = typer.Option("8,16,32,64", "--scale", help="Cosine head scale grid s (comma-separated), selected "
-                              "on val for every method alike; one value fixes it."),
-    learn_scale: bool = typer.Option(False, "--learn-scale", help="Make the cosine scale trainable (from each "
-                                     "grid value)."),
     seeds: int = typer.Option(3, "--seeds", help="Number of seeds (0..N-1); each seed fixes init and data order."),
-    epochs: int = typer.Option(30, "--epochs", help="Training epochs; the budget is max(epochs · ⌈N/batch⌉, "
-                               "--min-steps) optimiser steps (no epoch is picked on test)."),
-    min_steps: int = typer.Option(1000, "--min-steps", help="Floor of the training budget in optimiser steps, so "
-                                  "small and few-shot sets converge (0 = epochs alone)."),
-    batch_size: int = typer.Option(512, "--batch-size", help="Training batch size."),
-    lr: str = typer.Option("1e-3,1e-2", "--lr", help="Learning-rate grid (comma-separated), selected on val."),
-    wd: str = typer.Option("1e-4,1e-1", "--wd", help="AdamW weight-decay grid (comma-separated), selected on val."),
-    no_method_grid: bool = typer.Option(False, "--no-method-grid", help="Search only lr × wd, not the methods' "
-                                        "own grids (e.g. MR2's c̄)."),
     set_: list[str] = typer.Option([], "--set", help="Fix a method hyperparameter: METHOD.PARAM=VALUE "
                                    "(e.g. mr2.p=5, mr2.lam=0.5, mr2.stats=ema); repeatable."),
-    select: str = typer.Option("acc", "--select", help="Val score for the grid: acc (overall) or macc "
-                               "(mean per-class)."),
-    val_fraction: float = typer.Option(0.1, "--val-fraction", help="Stratified hold-out of train when the "
-                                       "file has no val split."),
-    reference: str = typer.Option("ce", "--reference", help="Method that defines hard/medium/easy groups."),
-    no_null: bool = typer.Option(False, "--no-null", help="Do not train the null control (the reference again on "
-                                 "seeds N..2N-1, scored like a method)."),
-    groups_on: str = typer.Option("val", "--groups-on", help="Rank the groups on val (default), crossfit (halves "
-                                  "of test, swapped) or test (biased; as many papers do)."),
     train_profile: str = typer.Option("full", "--train-profile", help="Training-set profile (train only; val and "
                                       "test untouched): full, longtail:RHO (n_r = n_max·RHO^(−r/(K−1)) over a seeded "
                                       "class order), shots:N (N per class) or fraction:F."),
-    episodes: int = typer.Option(1, "--episodes", help="Seeded draws of the training profile, averaged like seeds "
-                                 "(e.g. --train-profile shots:5 --episodes 5)."),
-    profile_seed: int = typer.Option(0, "--profile-seed", help="Seed of the profile's class order and draws."),
-    device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
-    max_memory: str = typer.Option("8GiB", "--max-memory", help="Memory for features: if train+val+test as "
-                                   "float32 fit in SIZE they are loaded onto the device, else streamed from the "
-                                   "file in shuffled blocks of about SIZE/2 (another data order; deterministic). "
-                                   "SIZE: bytes, 512MB, 8GB (powers of 1000), 4GiB (of 1024), or 'auto' (half the "
-                                   "free memory; the block size then depends on the machine)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    settings: dict = None,  # the options of mr2probe.settings.TRAIN (--epochs, --lr, --no-null, ...)
 ) -> None:
-    """Train probes with the chosen methods and seeds on cached features; writes results.json and the table."""
-    from .experiment import ExperimentConfig, run_experiment
-    from .heads import ProbeConfig
+    """Train probes with the chosen methods and seeds on cached features; writes results.json and the table
+    (under `torchrun --nproc_per_node=N -m mr2probe train ...` the seed stacks are spread over N processes)."""
+    from .experiment import config_from_settings, run_experiment
     from .metrics import GROUPS_ON
-    from .profiles import parse_profile
+    from .methods import resolve_methods
     from .report import report_run, terminal_table
-    from .source import parse_size
-    from .trainer import TrainConfig
 
     if features is None:
         features = default_features()
         typer.echo(f"no --features given: using the bundled file {features}", err=True)
-    from .methods import resolve_methods
-
     names, skipped = resolve_methods(methods, adapter)
     if skipped:
         typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
-    scales = _floats(scale, "--scale")
-    probe = ProbeConfig(head=head, adapter=adapter, width=width, scale=scales[0] if scales else 16.0,
-                        learn_scale=learn_scale)
-    tcfg = TrainConfig(epochs=epochs, batch_size=batch_size, lrs=_floats(lr, "--lr"), weight_decays=_floats(wd, "--wd"),
-                       min_steps=min_steps, scales=scales, method_params=_method_params(set_),
-                       use_method_grids=not no_method_grid, probe=probe, device=device, progress=not quiet)
-    cfg = ExperimentConfig(features=features, out=out, methods=names, seeds=list(range(seeds)), select=select,
-                           val_fraction=val_fraction, reference=reference, null=not no_null, train=tcfg,
-                           max_memory=parse_size(max_memory),
-                           profile=parse_profile(train_profile, episodes, profile_seed))
+    groups_on = settings.pop("groups_on")
     if groups_on not in GROUPS_ON:
         raise UserError(f"--groups-on must be one of {', '.join(GROUPS_ON)}, got {groups_on!r}")
+    cfg = config_from_settings(features, out, names, list(range(seeds)), head, adapter, settings,
+                               _method_params(set_), train_profile, progress=not quiet)
+    init_distributed()
     run_experiment(cfg)
+    if rank_world()[0] != 0:
+        return  # under torchrun rank 0 writes and reports the run folder
     typer.echo(terminal_table(report_run(out, groups_on).summary))
     typer.echo(f"wrote {out}/results.json, table.md (every column), table.csv, table.tex, summary.json")
 
@@ -319,11 +310,14 @@ def bench(
                                      "summary.md."),
 ) -> None:
     """Run a benchmark suite: extract, train and report every dataset × encoder × head, then summary.md;
-    a cell whose data or weights are missing is skipped with one line."""
+    a cell whose data or weights are missing is skipped with one line (under `torchrun --nproc_per_node=N -m
+    mr2probe bench ...` every extraction and every run is spread over N processes; rank 0 reports)."""
     from .bench import load_suite, run_suite
 
-    run_suite(load_suite(suite), data_root, features_dir, out, progress=not quiet,
-              log=lambda m: typer.echo(m, err=True), report_only=report_only)
+    init_distributed()
+    rank = rank_world()[0]
+    run_suite(load_suite(suite), data_root, features_dir, out, progress=not quiet and rank == 0,
+              log=(lambda m: typer.echo(m, err=True)) if rank == 0 else (lambda m: None), report_only=report_only)
 
 
 @app.command("import")

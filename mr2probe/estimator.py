@@ -10,8 +10,9 @@ lr × weight decay on an internal hold-out, the way ``LogisticRegressionCV`` cho
 """
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -20,9 +21,33 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .errors import UserError
+from .settings import estimator_settings
 from .heads import ProbeConfig, ProbeStack
 from .experiment import holdout_val, select_scores
 from .trainer import TrainConfig, TrainData, expand_runs, pick_device, train_stack
+
+
+SETTINGS = [(name, s.estimator) for name, s in estimator_settings().items()]  # declared in mr2probe.settings
+
+
+def estimator_init(params: list[tuple[str, Any]]) -> Callable[..., None]:
+    """An ``__init__`` taking exactly ``params`` (name, default) as keyword arguments and storing each unchanged
+    (scikit-learn's contract: ``get_params``, ``clone`` and ``check_estimator`` read its signature). Generated so
+    that the training settings are declared once, in :data:`mr2probe.settings.TRAIN`."""
+    names = [n for n, _ in params]
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected parameter(s) {', '.join(unknown)}; it takes "
+                            f"{', '.join(names)}")
+        for name, default in params:
+            setattr(self, name, kwargs.get(name, default))
+
+    P = inspect.Parameter
+    __init__.__signature__ = inspect.Signature([P("self", P.POSITIONAL_OR_KEYWORD)]
+                                               + [P(n, P.KEYWORD_ONLY, default=d) for n, d in params])
+    return __init__
 
 
 def _grid(value: Any, default: tuple[float, ...]) -> tuple[float, ...]:
@@ -35,27 +60,30 @@ def _grid(value: Any, default: tuple[float, ...]) -> tuple[float, ...]:
 class ProbeClassifier(ClassifierMixin, BaseEstimator):
     """A probe (adapter ∘ head) trained with one mr2probe method on features ``X`` [n, D], labels ``y``.
 
-    Parameters (stored unchanged; checked at ``fit``): ``method`` (see ``mr2probe methods``), ``head``
-    (linear | cosine), ``adapter`` (none | linear | mlp), ``width`` (adapter width), ``scale`` (cosine
-    scale), ``epochs``, ``min_steps`` (the budget: max(epochs · ⌈n / batch_size⌉, min_steps) AdamW steps, cosine
-    schedule), ``batch_size``, ``lr``, ``weight_decay``, ``seed`` (init and data order), ``method_params`` (dict
-    of the method's own hyperparameters, e.g. ``{"gamma": 1.0}`` for focal; unset ones take the method's
-    defaults), ``val_fraction``, ``device`` (torch device; default cuda if available).
+    Parameters (keyword-only, stored unchanged, checked at ``fit``): ``method`` (see ``mr2probe methods``),
+    ``head`` (linear | cosine), ``adapter`` (none | linear | mlp), then the training settings of
+    :data:`mr2probe.settings.TRAIN` that an estimator takes, under the same names as the CLI flags and suite keys
+    (``epochs``, ``min_steps`` — the budget is max(epochs · ⌈n / batch_size⌉, min_steps) AdamW steps, cosine
+    schedule —, ``batch_size``, ``lr``, ``wd``, ``l2``, ``width``, ``scale``, ``val_fraction``, ``device``), then
+    ``seed`` (init and data order) and ``method_params`` (dict of the method's own hyperparameters, e.g.
+    ``{"gamma": 1.0}`` for focal; unset ones take the method's defaults).
 
     Converges with its defaults, like sklearn's ``LogisticRegression``: the regulariser is a coupled L2 penalty
     ½·l2·‖W‖² on the linear head's weights (the objective of L2 logistic regression with l2 = 1/(C·n); AdamW's
-    decoupled ``weight_decay`` is 0 by default: it does not converge to that optimum). ``lr``, ``weight_decay``
-    and ``l2`` default to None = the grids (1e-2, 1e-1) × (0) × (1e-4, 1e-3, 1e-2) (l2 is 0 for a cosine head,
-    whose weights are normalised; it then searches weight decay (1e-4, 1e-1) instead); with more than one grid
+    decoupled weight decay ``wd`` is 0 by default: it does not converge to that optimum). ``lr``, ``wd`` and
+    ``l2`` default to None = the grids (1e-2, 1e-1) × (0) × (1e-4, 1e-3, 1e-2) (l2 is 0 for a cosine head,
+    whose weights are normalised; it then searches wd (1e-4, 1e-1) instead); ``scale`` (cosine head) is 16 or a
+    grid; with more than one grid
     point, all points are trained together (one stack) on a stratified ``val_fraction`` (0.2, seed 0) hold-out
     of ``X``, the best point on its accuracy is kept (``best_params_``) and the probe is refit on all of ``X``
     with it. A number (or a one-element list) fixes the value; a list is a grid. The method's own grid is not
     searched (that is ``GridSearchCV``'s job, as is every other parameter).
 
     Fitted attributes: ``classes_`` (sorted labels: strings, integers, any sortable values), ``n_features_in_``,
-    ``best_params_`` ({"lr", "weight_decay", "l2"}), ``probe_`` (the trained :class:`~mr2probe.heads.ProbeStack` with
-    one head, float64 on CPU), ``info_`` (the method's per-run info, e.g. MR2 margins), and for a linear head
-    without adapter ``coef_`` [K, D] and ``intercept_`` [K] (softmax form: one row per class, also for K = 2).
+    ``best_params_`` ({"lr", "wd", "l2"}, and "scale" for a cosine head), ``probe_`` (the trained
+    :class:`~mr2probe.heads.ProbeStack` with one head, float64 on CPU), ``info_`` (the method's per-run info, e.g.
+    MR2 margins), and for a linear head without adapter ``coef_`` [K, D] and ``intercept_`` [K] (softmax form: one
+    row per class, also for K = 2).
 
     CDB measures class difficulty on a held-out part of the training set it is given (see ``mr2probe methods``).
     ``decision_function`` returns the logits [n, K], or ``logit₁ − logit₀`` [n] for two classes.
@@ -70,44 +98,25 @@ class ProbeClassifier(ClassifierMixin, BaseEstimator):
 
     LRS: tuple[float, ...] = (1e-2, 1e-1)
     L2S: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
-    COSINE_WEIGHT_DECAYS: tuple[float, ...] = (1e-4, 1e-1)
+    COSINE_WDS: tuple[float, ...] = (1e-4, 1e-1)
+    SPEC_KEYS = {"lr": "lr", "wd": "weight_decay", "l2": "l2", "scale": "scale"}  # parameter → RunSpec key
 
-    def __init__(self, method: str = "ce", head: str = "linear", adapter: str = "none", width: int = 256,
-                 scale: float = 16.0, epochs: int = 30, min_steps: int = 1000, batch_size: int = 512,
-                 lr: Any = None, weight_decay: Any = None, l2: Any = None, seed: int = 0,
-                 method_params: dict[str, Any] | None = None, val_fraction: float = 0.2,
-                 device: str | None = None) -> None:
-        self.method = method
-        self.head = head
-        self.adapter = adapter
-        self.width = width
-        self.scale = scale
-        self.epochs = epochs
-        self.min_steps = min_steps
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.l2 = l2
-        self.seed = seed
-        self.method_params = method_params
-        self.val_fraction = val_fraction
-        self.device = device
+    __init__ = estimator_init([("method", "ce"), ("head", "linear"), ("adapter", "none"), *SETTINGS,
+                               ("seed", 0), ("method_params", None)])
 
     def _method_params(self) -> dict[str, Any]:
         return dict(self.method_params or {})
 
     def _grids(self) -> dict[str, tuple[float, ...]]:
-        """The lr, weight-decay and l2 values searched (one value each = no search)."""
+        """The lr, wd, l2 and (cosine) scale values searched (one value each = no search)."""
         linear = self.head == "linear"
-        return {"lr": _grid(self.lr, self.LRS),
-                "weight_decay": _grid(self.weight_decay, (0.0,) if linear else self.COSINE_WEIGHT_DECAYS),
-                "l2": _grid(self.l2, self.L2S if linear else (0.0,))}
+        return {"lr": _grid(self.lr, self.LRS), "wd": _grid(self.wd, (0.0,) if linear else self.COSINE_WDS),
+                "l2": _grid(self.l2, self.L2S if linear else (0.0,)), "scale": _grid(self.scale, (16.0,))}
 
     def _train_config(self, grids: dict[str, tuple[float, ...]]) -> TrainConfig:
-        probe = ProbeConfig(head=self.head, adapter=self.adapter, width=int(self.width), scale=float(self.scale))
+        probe = ProbeConfig(head=self.head, adapter=self.adapter, width=int(self.width), scale=grids["scale"][0])
         return TrainConfig(epochs=int(self.epochs), min_steps=int(self.min_steps), batch_size=int(self.batch_size),
-                           lrs=grids["lr"], weight_decays=grids["weight_decay"], l2s=grids["l2"],
-                           scales=(float(self.scale),),
+                           lrs=grids["lr"], weight_decays=grids["wd"], l2s=grids["l2"], scales=grids["scale"],
                            method_params={self.method: self._method_params()}, use_method_grids=False,
                            probe=probe, device=self.device, progress=False)
 
@@ -137,12 +146,12 @@ class ProbeClassifier(ClassifierMixin, BaseEstimator):
                     trained = train_stack(data, expand_runs([self.method], [int(self.seed)], cfg), cfg)
                     scores = select_scores(trained.predict(data.val_x), data.val_y, k, "acc")
                     chosen = trained.specs[int(np.argmax(scores))].params
-                    best = {name: chosen.get(name, 0.0) for name in grids}
+                    best = {name: chosen.get(self.SPEC_KEYS[name], grids[name][0]) for name in grids}
             cfg = self._train_config({name: (v,) for name, v in best.items()})
             trained = train_stack(TrainData(x, yt, x, yt, k), expand_runs([self.method], [int(self.seed)], cfg), cfg)
         except UserError as e:  # bad hyperparameter or diverged training: sklearn expects ValueError
             raise ValueError(str(e)) from None
-        self.best_params_ = best
+        self.best_params_ = best if self.head != "linear" else {k: v for k, v in best.items() if k != "scale"}
         self.probe_: ProbeStack = trained.probe.to(device="cpu", dtype=torch.float64).eval()
         self.probe_.requires_grad_(False)
         self.info_: dict[str, Any] = trained.info[0]
@@ -183,18 +192,8 @@ class MR2Classifier(ProbeClassifier):
     ``method_params``; naming p, c_bar or lam there too is a ``ValueError``. ``method`` may be an MR2
     variant with the same hyperparameters (mr2_sqrt, mr2_linear, mr2_uniform, mr2_no_rep)."""
 
-    def __init__(self, method: str = "mr2", p: float = 3.0, c_bar: float = 1.0, lam: float = 0.1,
-                 head: str = "linear", adapter: str = "none", width: int = 256, scale: float = 16.0,
-                 epochs: int = 30, min_steps: int = 1000, batch_size: int = 512, lr: Any = None,
-                 weight_decay: Any = None, l2: Any = None, seed: int = 0,
-                 method_params: dict[str, Any] | None = None, val_fraction: float = 0.2,
-                 device: str | None = None) -> None:
-        super().__init__(method=method, head=head, adapter=adapter, width=width, scale=scale, epochs=epochs,
-                         min_steps=min_steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, l2=l2,
-                         seed=seed, method_params=method_params, val_fraction=val_fraction, device=device)
-        self.p = p
-        self.c_bar = c_bar
-        self.lam = lam
+    __init__ = estimator_init([("method", "mr2"), ("p", 3.0), ("c_bar", 1.0), ("lam", 0.1), ("head", "linear"),
+                               ("adapter", "none"), *SETTINGS, ("seed", 0), ("method_params", None)])
 
     def _method_params(self) -> dict[str, Any]:
         extra = dict(self.method_params or {})

@@ -29,12 +29,14 @@ from safetensors.torch import load_file, save_file
 from . import __version__
 from .atomic import atomic_text, atomic_write
 from .errors import UserError
+from .distributed import barrier, rank_world
 from .featurestore import FeatureSet, check_classes_covered, content_sha256, file_sha256, read_features
-from .heads import ProbeStack
+from .heads import ProbeConfig, ProbeStack
 from .methods import METHODS
 from .metrics import null_name, per_class_accuracy
 from .probes import REFERENCE_PROBES, SELECT, fit_reference_probe
-from .profiles import Profile, draw_seed, select_rows
+from .profiles import Profile, draw_seed, parse_profile, select_rows
+from .settings import resolved
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
 from .trainer import (TrainConfig, TrainData, budget, chunk_rows, expand_runs, method_hparams, pick_device,
@@ -82,6 +84,27 @@ class ExperimentConfig:
         if not 0 < self.val_fraction < 1:
             raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
         parse_size(self.max_memory)
+
+
+def config_from_settings(features: Path, out: Path, methods: list[str], seeds: list[int], head: str = "linear",
+                         adapter: str = "none", values: dict[str, Any] | None = None,
+                         method_params: dict[str, dict[str, Any]] | None = None, profile: str = "full",
+                         progress: bool = True) -> ExperimentConfig:
+    """The ``ExperimentConfig`` of ``mr2probe train`` and of one suite cell, from :data:`~mr2probe.settings.TRAIN`
+    values (name → value; missing ones take their defaults; grids as tuples). ``groups_on`` is the report's and
+    is not part of it."""
+    v = resolved(values or {})
+    probe = ProbeConfig(head=head, adapter=adapter, width=v["width"], scale=v["scale"][0] if v["scale"] else 16.0,
+                        learn_scale=v["learn_scale"])
+    train = TrainConfig(epochs=v["epochs"], batch_size=v["batch_size"], lrs=tuple(v["lr"]),
+                        weight_decays=tuple(v["wd"]), l2s=tuple(v["l2"]),
+                        min_steps=v["min_steps"], scales=tuple(v["scale"]),
+                        method_params={m: dict(p) for m, p in (method_params or {}).items()},
+                        use_method_grids=v["method_grid"], probe=probe, device=v["device"], progress=progress)
+    return ExperimentConfig(features=Path(features), out=Path(out), methods=list(methods), seeds=list(seeds),
+                            select=v["select"], val_fraction=v["val_fraction"], reference=v["reference"],
+                            null=v["null"], train=train, max_memory=parse_size(v["max_memory"]),
+                            profile=parse_profile(profile, v["episodes"], v["profile_seed"]))
 
 
 def replicates(cfg: ExperimentConfig) -> list[tuple[int, int]]:
@@ -409,38 +432,59 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         return episode_cache[e]
 
     todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
+    rank, world = rank_world()
+    mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
     probe_cache: dict[Any, Any] = {}
     episode_cache: dict[int, TrainData] = {}
     steps = {e: int(np.prod(budget(len(episodes[e]["rows"]), cfg.train))) for e in episodes}
     heads = len(expand_runs([m for m in cfg.methods if m not in REFERENCE_PROBES], [0], cfg.train))
+
+    def train_part(job_cfg: ExperimentConfig, key: str, seed: int, ep: int, part: Path, part_npz: Path,
+                   bar: Any) -> None:
+        """Train one seed stack and write its part files (runs + the notes logged while training, test
+        predictions, selected heads)."""
+        said: list[str] = []
+
+        def seed_log(msg: str) -> None:
+            said.append(msg)
+            log(msg)
+
+        seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, seed_log, bar,
+                                                       probe_cache)
+        save_heads(part.with_suffix(".heads.safetensors"), seed_heads)
+        atomic_npz(part_npz, seed_preds)
+        atomic_json(part, {"key": key, "runs": [{**r, "episode": ep} for r in seed_runs], "notes": said})
+
+    with progress_bar(f"sweep: {len(cfg.methods)} methods, {heads} heads per seed; {len(mine)} seed stacks to train"
+                      + (f" on rank {rank} of {world}" if world > 1 else ""),
+                      total=sum(steps[st[3]] for st in mine), enabled=cfg.train.progress and rank == 0) as bar:
+        for job_cfg, key, seed, ep, part, part_npz, _ in mine:
+            train_part(job_cfg, key, seed, ep, part, part_npz, bar)
+    barrier()
+    if rank != 0:
+        return {}  # rank 0 gathers the parts and writes the run folder
+    fresh = {st[4] for st in todo}
     runs: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
     heads_state: dict[str, torch.Tensor] = {}
-    with progress_bar(f"sweep: {len(cfg.methods)} methods, {heads} heads per seed; {len(todo)} seed stacks to train",
-                      total=sum(steps[st[3]] for st in todo), enabled=cfg.train.progress) as bar:
-        for job_cfg, key, seed, ep, part, part_npz, rename in stacks:
-            part_heads = part.with_suffix(".heads.safetensors")
-            if part.exists() and part_npz.exists():
-                log(f"seed {seed}{' (null control)' if rename else ''}: already trained ({part.name}), kept")
-                seed_runs = json.loads(part.read_text())["runs"]
-                seed_preds = load_npz(part_npz)
-                seed_heads = load_heads(part_heads) if part_heads.exists() else {}
-                if not seed_heads:
-                    log(f"seed {seed}: trained by an older mr2probe, no saved heads (mr2probe predict skips it)")
-            else:
-                seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, log, bar,
-                                                               probe_cache)
-                seed_runs = [{**r, "episode": ep} for r in seed_runs]
-                save_heads(part_heads, seed_heads)
-                atomic_npz(part_npz, seed_preds)
-                atomic_json(part, {"key": key, "runs": seed_runs})
-            if rename:
-                seed_runs = [{**r, "method": rename} for r in seed_runs]
-                seed_preds = {f"{rename}/{k.split('/', 1)[1]}": v for k, v in seed_preds.items()}
-                seed_heads = {f"{rename}/{k.split('/', 1)[1]}": v for k, v in seed_heads.items()}
-            runs += seed_runs
-            preds.update(seed_preds)
-            heads_state.update(seed_heads)
+    for job_cfg, key, seed, ep, part, part_npz, rename in stacks:
+        part_heads = part.with_suffix(".heads.safetensors")
+        stored = json.loads(part.read_text())
+        if part not in fresh:
+            log(f"seed {seed}{' (null control)' if rename else ''}: already trained ({part.name}), kept")
+        for msg in stored.get("notes", []):  # said while training it (here, on another rank or in an earlier run)
+            log(msg)
+        seed_runs, seed_preds = stored["runs"], load_npz(part_npz)
+        seed_heads = load_heads(part_heads) if part_heads.exists() else {}
+        if not seed_heads:
+            log(f"seed {seed}: trained by an older mr2probe, no saved heads (mr2probe predict skips it)")
+        if rename:
+            seed_runs = [{**r, "method": rename} for r in seed_runs]
+            seed_preds = {f"{rename}/{k.split('/', 1)[1]}": v for k, v in seed_preds.items()}
+            seed_heads = {f"{rename}/{k.split('/', 1)[1]}": v for k, v in seed_heads.items()}
+        runs += seed_runs
+        preds.update(seed_preds)
+        heads_state.update(seed_heads)
     order = {m: i for i, m in enumerate(cfg.methods + [null_name(reference)])}
     runs.sort(key=lambda r: (order[r["method"]], r["seed"]))
     epochs, per_epoch = budget(len(episodes[0]["rows"]), cfg.train)
@@ -472,7 +516,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
             "stream_block_rows": stream["block_rows"] if stream else None,
             "stream_piece_rows": stream["piece_rows"] if stream else None,
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "world_size": world,
             "wall_time_s": round(time.time() - t_start, 2), "command": " ".join(sys.argv),
         },
         "notes": notes,

@@ -7,10 +7,11 @@ of ``world_size × batch_size`` rows: rank r encodes the r-th block of the round
 per-rank files) so the result is a single self-contained file that is byte-for-byte the layout a
 single-process run writes, and resume stays a single prefix per split.
 
-Robustness: one writer per output (an flock, taken before anything slow); SIGINT/SIGTERM are turned into
-``KeyboardInterrupt`` but held back while a write is in flight, so the ``.partial`` is always consistent; a
-SIGKILL at any instant is recovered on the next run (see :class:`FeatureWriter`); under torchrun every
-decision rank 0 takes alone (output kept, lock refused, settings mismatch) reaches all ranks, so none hangs.
+Robustness: one writer per output (a POSIX lock that dies with its process, taken before anything slow);
+SIGINT/SIGTERM are turned into ``KeyboardInterrupt`` but held back while a write is in flight, so the
+``.partial`` is always consistent; a SIGKILL at any instant is recovered on the next run (see
+:class:`FeatureWriter`); under torchrun every decision rank 0 takes alone (output kept, lock refused, settings
+mismatch) reaches all ranks, so none hangs.
 
 Rank 0 buffers encoded rows and writes whole chunks (see :class:`_RowBuffer`); env ``MR2PROBE_FLUSH_SECONDS``
 (default 5, 0 = every batch) bounds how much work a SIGKILL can lose on a slow run. Ctrl-C writes the buffer.
@@ -21,6 +22,7 @@ tests deterministic); never set it for real runs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -37,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .datasets import ImageDataset, ImageSplit, build_dataset
 from .encoders import Encoder, build_encoder, cpu_runtime
+from .distributed import init_distributed, local_device, rank_world
 from .errors import UserError
 from .featurestore import SPLITS, FeatureWriter, base_attrs, partial_path, read_features
 from .progress import progress_bar
@@ -96,49 +99,39 @@ def stratified_positions(labels: np.ndarray, per_class: int | None, seed: int = 
 
 
 def _dist() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def init_distributed() -> bool:
-    """Join the torchrun process group when launched by torchrun (env WORLD_SIZE > 1)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if torch.cuda.is_available():  # before init, so NCCL binds each rank to its own GPU
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        import atexit
-
-        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
-        return True
-    return False
+    return rank_world()
 
 
 def pick_device(device: str | None) -> torch.device:
-    if device:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
+    return torch.device(device) if device else local_device()
+
+
+_HELD: set[str] = set()  # output locks this process holds (a POSIX lock never conflicts with its own process)
 
 
 @contextlib.contextmanager
 def output_lock(out: Path) -> Iterator[None]:
-    """One writer per output: an flock on ``<out>.lock`` (released by the OS even if the process is killed).
+    """One writer per output: a POSIX record lock (``fcntl.lockf``) on ``<out>.lock``.
 
-    The lock file is removed on release; an acquirer re-checks that the file it locked is still the one at
-    the path (else a process that opened it just before the removal and one that creates it anew could both
-    hold "the" lock)."""
+    Unlike ``flock``, a POSIX lock belongs to the process that took it: forked children (DataLoader workers) do
+    not inherit it, so it dies with that process even while orphaned workers linger, and a rerun right after a
+    ``kill -9`` resumes at once; a live writer is still refused. The lock file is removed on release; an
+    acquirer re-checks that the file it locked is still the one at the path (else a process that opened it just
+    before the removal and one that creates it anew could both hold "the" lock)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     path = str(out) + ".lock"
+    refused = UserError(f"another process is already writing {out} (lock {path} is held); wait for it to finish")
+    if os.path.abspath(path) in _HELD:
+        raise refused
     while True:
         lock = open(path, "a")
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
             lock.close()
-            raise UserError(f"another process is already writing {out} (lock {path} is held); "
-                            "wait for it to finish") from None
+            if e.errno in (errno.EACCES, errno.EAGAIN):
+                raise refused from None
+            raise
         try:
             same = os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino
         except FileNotFoundError:
@@ -146,12 +139,14 @@ def output_lock(out: Path) -> Iterator[None]:
         if same:
             break
         lock.close()  # removed by the previous holder while we waited on it: lock the new one
+    _HELD.add(os.path.abspath(path))
     try:
         yield
     finally:
+        _HELD.discard(os.path.abspath(path))
         with contextlib.suppress(OSError):
             os.unlink(path)
-        fcntl.flock(lock, fcntl.LOCK_UN)
+        fcntl.lockf(lock, fcntl.LOCK_UN)
         lock.close()
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from .distributed import local_device
 from .errors import UserError
 from .heads import ProbeConfig, ProbeStack
 from .methods import METHODS, Batch, FitContext, Method
@@ -141,7 +142,8 @@ def expand_runs(methods: list[str], seeds: list[int], cfg: TrainConfig) -> list[
 
 
 def pick_device(device: str | None) -> torch.device:
-    return torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``device``, else this rank's GPU (``LOCAL_RANK`` under torchrun) when there is one, else the CPU."""
+    return torch.device(device) if device else local_device()
 
 
 def chunk_rows(x: torch.Tensor | StreamedFeatures) -> int:

@@ -89,7 +89,7 @@ def test_unknown_keys_are_refused(tmp_path: Path, extra: str, message: str) -> N
     ('datasets = ["nope"]\nencoders = ["efficientnet-lite0"]', "unknown dataset 'nope'"),
     ('datasets = ["mnist"]\nencoders = ["nope"]', "neither a recipe file"),
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\nmethods = ["ce", "nope"]', "unknown method 'nope'"),
-    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[train]\nepochs = "2"', "epochs has the wrong type"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[train]\nepochs = "2"', "epochs must be an integer"),
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[train]\nset = { mr2 = { q = 1 } }',
      "no hyperparameter q"),
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[roots]\ncifar100 = "/x"', "unknown key"),

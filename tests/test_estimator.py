@@ -48,9 +48,9 @@ def test_best_params_are_chosen_on_a_hold_out() -> None:
     x, y = load_digits(return_X_y=True)
     clf = mr2probe.ProbeClassifier(lr=1e-2, l2=[1e-4, 1e-1]).fit(x[:400], y[:400])
     assert clf.best_params_["lr"] == 1e-2 and clf.best_params_["l2"] in (1e-4, 1e-1)
-    assert clf.best_params_["weight_decay"] == 0.0
-    fixed = mr2probe.ProbeClassifier(lr=0.05, weight_decay=0.0, l2=1e-3).fit(x[:400], y[:400])
-    assert fixed.best_params_ == {"lr": 0.05, "weight_decay": 0.0, "l2": 1e-3}
+    assert clf.best_params_["wd"] == 0.0
+    fixed = mr2probe.ProbeClassifier(lr=0.05, wd=0.0, l2=1e-3).fit(x[:400], y[:400])
+    assert fixed.best_params_ == {"lr": 0.05, "wd": 0.0, "l2": 1e-3}
     with pytest.raises(ValueError, match="val_fraction"):
         mr2probe.ProbeClassifier(val_fraction=1.5).fit(x[:400], y[:400])
 

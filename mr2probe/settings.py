@@ -1,0 +1,141 @@
+"""Every training setting, declared once.
+
+A :class:`Setting` has one name, used unchanged everywhere: ``lr`` is the CLI flag ``--lr``, the suite's ``[train]
+lr = ...`` key and the scikit-learn estimators' ``lr=`` parameter; ``min_steps`` is ``--min-steps``, ``[train]
+min_steps`` and ``min_steps=``. Its kind, default and help live here and nowhere else: ``cli.py`` builds the
+``train`` flags from :data:`TRAIN`, ``bench.py`` checks the ``[train]`` table against it, ``experiment.
+config_from_settings`` turns values into an ``ExperimentConfig`` for both, and ``estimator.py`` generates its
+estimators' ``__init__`` from the settings they take (with their own defaults where the estimator's protocol
+differs: it converges like ``LogisticRegression`` on a hold-out of the data it is given).
+
+Kinds: ``int``, ``float``, ``bool``, ``str``, ``floats`` (a grid: one number or several; on the CLI comma-separated,
+in a suite a number or a list), ``size`` (bytes, ``"512MB"``, ``"8GiB"``, ``"auto"``), ``device`` (a torch device
+or None = cuda if available).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import UserError
+
+KINDS = ("int", "float", "bool", "str", "floats", "size", "device")
+NO_ESTIMATOR = object()  # a setting the estimators do not take
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: ``name`` (CLI ``--name-with-dashes``, suite key, estimator parameter), ``kind`` (see
+    :data:`KINDS`), ``default``, ``help``; ``estimator``: the estimators' default when they take it, else
+    :data:`NO_ESTIMATOR`. A bool that defaults to True appears on the CLI as ``--no-NAME``."""
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    estimator: Any = NO_ESTIMATOR
+
+    @property
+    def flag(self) -> str:
+        """The CLI flag: ``--name-with-dashes``; ``--no-name`` for a bool that is on by default."""
+        dashed = self.name.replace("_", "-")
+        return f"--no-{dashed}" if self.kind == "bool" and self.default else f"--{dashed}"
+
+    def check(self, value: Any, where: str) -> Any:
+        """``value`` as this setting's type (a grid as a tuple of floats); a one-line :class:`UserError` if it is
+        not one."""
+        number = (int, float)
+        if self.kind == "floats":
+            vals = value if isinstance(value, (list, tuple)) else [value]
+            if vals and all(isinstance(v, number) and not isinstance(v, bool) for v in vals):
+                return tuple(float(v) for v in vals)
+        elif self.kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        elif self.kind == "float" and isinstance(value, number) and not isinstance(value, bool):
+            return float(value)
+        elif self.kind == "bool" and isinstance(value, bool):
+            return value
+        elif self.kind in ("str", "device") and isinstance(value, str):
+            return value
+        elif self.kind == "size" and isinstance(value, (str, int)) and not isinstance(value, bool):
+            return value
+        raise UserError(f"{where}: {self.name} must be {_KIND_TEXT[self.kind]}, got {value!r}")
+
+
+_KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+              "floats": "a number or a list of numbers", "size": "a size (bytes, \"512MB\", \"8GiB\", \"auto\")",
+              "device": "a torch device name"}
+
+
+def parse_floats(text: str, flag: str) -> tuple[float, ...]:
+    """A CLI grid: ``"1e-3,1e-2"`` → (0.001, 0.01)."""
+    try:
+        vals = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise UserError(f"{flag} takes comma-separated numbers, got {text!r}")
+    return vals
+
+
+TRAIN: dict[str, Setting] = {s.name: s for s in [
+    Setting("epochs", "int", 30, "Training epochs; the budget is max(epochs · ⌈N/batch_size⌉, min_steps) optimiser "
+            "steps, the same for every method (no epoch is picked on test).", estimator=30),
+    Setting("min_steps", "int", 1000, "Floor of the training budget in optimiser steps, so small and few-shot sets "
+            "converge (0 = epochs alone).", estimator=1000),
+    Setting("batch_size", "int", 512, "Training batch size.", estimator=512),
+    Setting("lr", "floats", (1e-3, 1e-2), "Learning-rate grid, selected on val.", estimator=None),
+    Setting("wd", "floats", (1e-4, 1e-1), "AdamW (decoupled) weight-decay grid, selected on val.", estimator=None),
+    Setting("l2", "floats", (0.0,), "Grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights (the objective of "
+            "L2 logistic regression with l2 = 1/(C·n)), selected on val.", estimator=None),
+    Setting("method_grid", "bool", True, "Also search the methods' own grids (e.g. MR2's c̄); off: only lr × wd × "
+            "l2 × scale."),
+    Setting("width", "int", 256, "Adapter output width.", estimator=256),
+    Setting("scale", "floats", (8.0, 16.0, 32.0, 64.0), "Cosine-head scale grid s, selected on val for every method "
+            "alike; one value fixes it.", estimator=16.0),
+    Setting("learn_scale", "bool", False, "Make the cosine scale trainable (from each grid value)."),
+    Setting("select", "str", "acc", "Val score of the grid: acc (overall) or macc (mean per-class)."),
+    Setting("val_fraction", "float", 0.1, "Stratified hold-out of train when the file has no val split (the "
+            "estimators: the hold-out that chooses the grid point).", estimator=0.2),
+    Setting("reference", "str", "ce", "Method that defines the hard / medium / easy groups and the Δ columns."),
+    Setting("null", "bool", True, "Train the null control: the reference again on seeds N..2N-1, scored like a "
+            "method."),
+    Setting("groups_on", "str", "val", "Rank the groups on val (default), crossfit (halves of test, swapped) or "
+            "test (biased; as many papers do)."),
+    Setting("episodes", "int", 1, "Seeded draws of a training profile, averaged like seeds (e.g. --train-profile "
+            "shots:5 --episodes 5)."),
+    Setting("profile_seed", "int", 0, "Seed of the training profile's class order and draws."),
+    Setting("max_memory", "size", "8GiB", "Memory for features: if train+val+test as float32 fit in SIZE they are "
+            "loaded onto the device, else streamed from the file in shuffled blocks of about SIZE/2 (another data "
+            "order; deterministic). SIZE: bytes, 512MB, 8GB (powers of 1000), 4GiB (of 1024), or 'auto' (half the "
+            "free memory)."),
+    Setting("device", "device", None, "torch device [cuda if available, else cpu].", estimator=None),
+]}
+
+
+def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A suite's ``[train]`` table: every key a :data:`TRAIN` setting (or one of ``extra``: name → python type),
+    every value of its kind; returns the values converted (grids as tuples)."""
+    extra = extra or {}
+    unknown = sorted(set(values) - set(TRAIN) - set(extra))
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted([*TRAIN, *extra]))}")
+    out = {}
+    for key, value in values.items():
+        if key in extra:
+            if not isinstance(value, extra[key]):
+                raise UserError(f"{where}: {key} has the wrong type ({value!r})")
+            out[key] = value
+        else:
+            out[key] = TRAIN[key].check(value, where)
+    return out
+
+
+def resolved(values: dict[str, Any]) -> dict[str, Any]:
+    """Every :data:`TRAIN` setting: the given value, else its default."""
+    return {name: values.get(name, s.default) for name, s in TRAIN.items()}
+
+
+def estimator_settings() -> dict[str, Setting]:
+    """The settings the estimators take, in :data:`TRAIN` order."""
+    return {n: s for n, s in TRAIN.items() if s.estimator is not NO_ESTIMATOR}
