@@ -55,6 +55,20 @@ def bare_gemms(data: TrainData, heads: int, steps: int, batch: int) -> float:
     return timed(run)
 
 
+def machine_gemm_rate(size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a large square float32 product on this machine (its own GEMM rate, timed in the same run)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    t = timed(lambda: [a @ b for _ in range(repeats)])
+    return 2 * size**3 * repeats / t
+
+
+def peak_rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, batch: int,
                  sequential: bool = True) -> None:
     n, d, k = SHAPES[name]
@@ -71,6 +85,11 @@ def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, b
     if sequential:
         print(f"[{name}] sweep/sequential={t_sweep / t_seq:.3f}")
     print(f"[{name}] sweep/gemm={t_sweep / t_gemm:.2f}")
+    flops = 2 * 2 * batch * d * len(specs) * k * steps  # the forward and weight-gradient products
+    rate = machine_gemm_rate()
+    print(f"[{name}] sweep achieves {flops / t_sweep / 1e9:.1f} GFLOP/s on its products; the machine's square "
+          f"2048² GEMM: {rate / 1e9:.1f} GFLOP/s; peak RSS so far {peak_rss_gib():.2f} GiB")
+    print(f"[{name}] sweep/machine_gemm_rate={flops / t_sweep / rate:.3f}")
 
 
 def ce_vs_sklearn(features: Path, epochs: int, lr: float) -> None:

@@ -1,0 +1,186 @@
+"""The GPU path, measured in one run of at most ~5 minutes (a tiny smoke version on a machine without a GPU).
+
+(a) extraction: ``mr2probe.extract`` (bf16 autocast, channels_last, pinned DataLoader workers) over synthetic JPEG
+    files in a plain class-folder tree, so decoding is included, against the encoder's bare forward pass on the
+    same, already decoded batches → ``extract/forward``;
+(b) the sweep at the ImageNet shape: N synthetic bf16 features (trained in float32) × D = 768, K = 1000, every
+    method without an adapter × its grid as one stack (one seed), a fixed number of steps, against the GPU's own
+    GEMM rate measured in the same run with the sweep's product shapes ([B, D] × [D, H·K]) → ``sweep/gemm_rate``
+    (the fraction of the bare products' FLOP rate the sweep reaches, counting its forward and weight-gradient products);
+(c) the projected training time of the paper's grid (benchmarks/paper.toml: 7 datasets × 3 encoders × 2 heads ×
+    3 seeds + the null control) from (b)'s seconds per step, scaled by each cell's B·D·H·K and its step budget
+    max(30 · ⌈N / 512⌉, 1000). Extraction is not included.
+
+Usage: ``python benchmarks/gpu_check.py [--smoke]`` (``--smoke``, or no CUDA device: tiny sizes, CPU, < 2 min).
+Every figure printed is measured by this run; the sizes used are printed with it.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mr2probe.methods import METHODS
+from mr2probe.trainer import TrainConfig, TrainData, budget, expand_runs, train_stack
+from mr2probe.heads import ProbeConfig
+
+# the paper's datasets: training rows and classes (torchvision splits; Flowers-102 and Aircraft: train + val)
+PAPER_DATASETS = {"imagenet": (1_281_167, 1000), "cifar100": (50_000, 100), "oxford-pets": (3_680, 37),
+                  "stanford-cars": (8_144, 196), "flowers102": (2_040, 102), "food101": (75_750, 101),
+                  "fgvc-aircraft": (6_667, 100)}
+PAPER_ENCODER_DIMS = {"mae-vit-b16": 768, "mocov2-r50": 2048, "clip-vit-b16": 512}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: torch.device) -> float:
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def peak_memory(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
+    import resource
+
+    return f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
+def jpeg_tree(root: Path, n: int, classes: int = 4, size: int = 256) -> None:
+    """``n`` random-noise JPEGs in ``root/<class>/`` (a plain ImageFolder tree)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        folder = root / f"c{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(folder / f"{i}.jpg", quality=90)
+
+
+def extraction(args: argparse.Namespace, device: torch.device) -> None:
+    from mr2probe.datasets import build_dataset
+    from mr2probe.encoders import build_encoder
+    from mr2probe.extract import ExtractConfig, extract
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "jpegs"
+        jpeg_tree(root, args.images)
+        cfg = ExtractConfig(encoder=args.encoder, dataset="imagefolder:0.8,0,0.2", root=root,
+                            out=Path(tmp) / "f.h5", batch_size=args.batch_size, workers=args.workers, amp="bf16",
+                            runtime="torch", overwrite=True, progress=False, device=str(device))
+        extract(cfg)  # warm-up: first build, cudnn autotuning, page cache
+        t_extract = timed(lambda: extract(cfg), device)
+        encoder = build_encoder(args.encoder).to(device)
+        data = build_dataset("imagefolder:0.8,0,0.2", root)
+        images = [encoder.transform(s.image(i)) for s in data.splits.values() for i in range(len(s.labels))]
+        batches = [torch.stack(images[i:i + args.batch_size]) for i in range(0, len(images), args.batch_size)]
+        batches = [b.to(device).contiguous(memory_format=torch.channels_last) for b in batches]
+
+        def forward() -> None:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                for b in batches:
+                    encoder.encode(b)
+
+        forward()
+        t_forward = timed(forward, device)
+    n = len(images)
+    print(f"(a) extraction, {args.encoder} on {n} synthetic {256}px JPEGs, batch {args.batch_size}, "
+          f"{args.workers} workers, {device}: extract {n / t_extract:.1f} img/s (decode + transform + forward + "
+          f"HDF5), bare forward {n / t_forward:.1f} img/s")
+    print(f"extract/forward={t_forward / t_extract:.3f}")
+
+
+def sweep(args: argparse.Namespace, device: torch.device) -> float:
+    """(b); returns the sweep's seconds per step per unit of B·D·H·K (for the projection)."""
+    n, d, k, b = args.rows, 768, args.classes, args.sweep_batch
+    g = torch.Generator(device="cpu").manual_seed(0)
+    y = torch.arange(n) % k
+    x = torch.empty(n, d, dtype=torch.bfloat16)
+    for i in range(0, n, 65536):  # class means + noise, in pieces (1.28M × 768 without a float32 copy)
+        yy = y[i:i + 65536]
+        x[i:i + 65536] = (torch.randn(k, d, generator=g)[yy] + 2 * torch.randn(len(yy), d, generator=g)).bfloat16()
+    # stored as bf16 (as a feature file would hold them); the probes train in float32 (TF32 products on a GPU),
+    # as `mr2probe train` does
+    x, y = x.to(device).float(), y.to(device)
+    data = TrainData(x, y, x[: 10 * k], y[: 10 * k], k)
+    methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
+    cfg = TrainConfig(epochs=1, batch_size=b, min_steps=0, progress=False, device=str(device))
+    specs = expand_runs(methods, [0], cfg)
+    heads = len(specs)
+    steps = args.steps
+    sub = TrainData(x[: steps * b], y[: steps * b], data.val_x, data.val_y, k)  # one epoch = `steps` steps
+    warm = max(2 * b, k)
+    train_stack(TrainData(x[:warm], y[:warm], data.val_x, data.val_y, k), specs, cfg)  # warm-up
+    t_sweep = timed(lambda: train_stack(sub, specs, cfg), device)
+    w = torch.randn(heads * k, d, device=device, dtype=x.dtype) * 0.01
+
+    def gemms() -> None:
+        for s in range(steps):
+            xb = x[s * b:(s + 1) * b]
+            gz = xb @ w.T  # forward logits [B, H·K]
+            _ = gz.T @ xb  # weight gradient [H·K, D]
+
+    gemms()
+    t_gemm = timed(gemms, device)
+    flops = 2 * 2 * b * d * heads * k * steps  # two products per step
+    shape = "the ImageNet shape" if k == 1000 else "a reduced shape"
+    print(f"(b) sweep at {shape}: N = {n} features (bf16, trained in float32) × D = {d}, K = {k}, {heads} heads "
+          f"({len(methods)} methods × grid, one seed), batch {b}, {steps} steps on {device}: sweep {t_sweep:.2f} s "
+          f"({flops / t_sweep / 1e12:.2f} TFLOP/s on the two products), bare products {t_gemm:.2f} s "
+          f"({flops / t_gemm / 1e12:.2f} TFLOP/s, the machine's rate at these shapes); {peak_memory(device)}")
+    print(f"sweep/gemm_rate={t_gemm / t_sweep:.3f}")
+    return t_sweep / steps / (b * d * heads * k)
+
+
+def projection(per_unit: float) -> None:
+    """(c): Σ over the paper's cells of budget steps × B·D·H·K × (b)'s seconds per unit."""
+    methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
+    total = 0.0
+    for head in ("linear", "cosine"):
+        cfg = TrainConfig(probe=ProbeConfig(head=head))
+        heads, null_heads = len(expand_runs(methods, [0], cfg)), len(expand_runs(["ce"], [0], cfg))
+        for n, k in PAPER_DATASETS.values():
+            epochs, per_epoch = budget(n, cfg)
+            for d in PAPER_ENCODER_DIMS.values():
+                total += epochs * per_epoch * cfg.batch_size * d * k * 3 * (heads + null_heads) * per_unit
+    print(f"(c) projected training time of the paper's grid (7 datasets × 3 encoders × 2 heads × 3 seeds + null "
+          f"control, budget max(30 epochs, 1000 steps), from (b)'s rate; extraction not included): "
+          f"{total / 3600:.2f} h")
+    print(f"paper_grid_hours={total / 3600:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (the default without CUDA)")
+    args = ap.parse_args()
+    gpu = torch.cuda.is_available() and not args.smoke
+    device = torch.device("cuda" if gpu else "cpu")
+    if gpu:
+        args.encoder, args.images, args.batch_size, args.workers = "timm:vit_base_patch16_224@random", 2048, 256, 8
+        args.rows, args.classes, args.sweep_batch, args.steps = 1_281_167, 1000, 4096, 50
+        torch.backends.cuda.matmul.allow_tf32 = True
+        print(f"GPU check on {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
+    else:
+        args.encoder, args.images, args.batch_size, args.workers = "timm:resnet18@random", 24, 12, 0
+        args.rows, args.classes, args.sweep_batch, args.steps = 4096, 100, 256, 4
+        print(f"no GPU (or --smoke): the smoke version on the CPU, tiny sizes; torch {torch.__version__}, "
+              f"{torch.get_num_threads()} threads — these figures do not describe a GPU")
+    t0 = time.perf_counter()
+    extraction(args, device)
+    per_unit = sweep(args, device)
+    projection(per_unit)
+    print(f"gpu_check: done in {time.perf_counter() - t0:.0f} s ({'GPU' if gpu else 'CPU smoke'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""benchmarks/gpu_check.sh runs its CPU smoke version (no GPU here, or --smoke) and prints every figure."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from conftest import ROOT
+
+
+def test_gpu_check_smoke_runs_and_prints_its_figures() -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--smoke"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "smoke version on the CPU" in out and "these figures do not describe a GPU" in out
+    for key in ("extract/forward", "sweep/gemm_rate", "paper_grid_hours"):
+        value = float(re.search(rf"^{key}=([\d.]+)$", out, re.M).group(1))
+        assert value > 0, key
+    assert 0 < float(re.search(r"^sweep/gemm_rate=([\d.]+)$", out, re.M).group(1)) < 5
+    assert "peak RSS" in out and "gpu_check: done" in out
