@@ -137,7 +137,8 @@ def holdout_val(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, 
     first = np.searchsorted(cls, cls, side="left")
     counts = np.bincount(y)
     rank = np.arange(len(y)) - first
-    n_val = np.minimum(np.ceil(fraction * counts).astype(int), np.maximum(counts - 1, 0))
+    # ⌈f·n⌉ up to rounding error in f·n (0.07 · 100 = 7.000000000000001 must give 7, not 8)
+    n_val = np.minimum(np.ceil(fraction * counts - 1e-9).astype(int), np.maximum(counts - 1, 0))
     is_val = rank < n_val[cls]
     return np.sort(order[~is_val]), np.sort(order[is_val])
 

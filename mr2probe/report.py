@@ -249,18 +249,17 @@ def to_html_confusions(s: Summary) -> str:
         methods.insert(0, s.reference)
     if not methods or not s.confusions[methods[0]]:
         return ""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["hard class"] + methods)
 
     def entry(e: dict[str, Any]) -> str:
         tops = "".join(f"<br>→ {html.escape(t['to'])}: {t['count']} ({100 * t['fraction']:.1f}%)" for t in e["top"])
-        return f"<td style='text-align:left'>acc {100 * e['accuracy']:.1f}%{tops or '<br>no errors'}</td>"
+        return f"acc {100 * e['accuracy']:.1f}%{tops or '<br>no errors'}"
 
-    body = "".join(f"<tr><th>{html.escape(row['class'])} ({row['test_images']} images)</th>"
-                   + "".join(entry(s.confusions[m][i]) for m in methods) + "</tr>"
-                   for i, row in enumerate(s.confusions[methods[0]]))
+    rows = [f"{html.escape(row['class'])} ({row['test_images']} images)" for row in s.confusions[methods[0]]]
+    cells = pd.DataFrame({html.escape(m): [entry(e) for e in s.confusions[m]] for m in methods},
+                         index=pd.Index(rows, name="hard class"))
+    table = cells.to_html(escape=False, border=0).replace("<td>", "<td style='text-align:left'>")
     return ("<details><summary>Top confusions of the hard classes (test predictions; counts summed over seeds, "
-            "% of the class's test images over seeds)</summary><div style='overflow-x:auto'>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div></details>")
+            f"% of the class's test images over seeds)</summary><div style='overflow-x:auto'>{table}</div></details>")
 
 
 # ---- one run -----------------------------------------------------------------------------------------------

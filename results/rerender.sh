@@ -10,3 +10,6 @@ mr2probe report results/fmnist-effl0/linear results/fmnist-effl0/cosine results/
   results/fmnist-effl0/cosine-adapter --html > /dev/null
 mr2probe report results/mnist-effl0/linear results/mnist-effl0/cosine --html > /dev/null
 mr2probe report results/fmnist-dinov2s14/linear results/fmnist-dinov2s14/cosine --html > /dev/null
+mr2probe report results/fmnist-effl0-protocol/linear results/fmnist-effl0-protocol/cosine --html > /dev/null
+S=results/fmnist-effl0-settings
+mr2probe report $S/linear-longtail100 $S/linear-shots5 $S/linear-longtail10 $S/linear-shots20 --html > /dev/null

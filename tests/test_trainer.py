@@ -61,6 +61,8 @@ def test_holdout_val_is_stratified_and_disjoint() -> None:
     assert np.bincount(y[va]).tolist() == [1, 2, 3, 1]
     tr2, va2 = holdout_val(y, 0.1, 0)
     assert np.array_equal(va, va2)
+    # ⌈f·n⌉ without floating-point excess: 0.07 · 100 is 7.000000000000001 in floats, 7 rows are held out
+    assert len(holdout_val(np.zeros(100, dtype=int), 0.07, 0)[1]) == 7
 
 
 def test_hand_written_file_trains_deterministically(tmp_path: Path) -> None:

@@ -109,6 +109,10 @@ class Method:
             if not ok:
                 raise UserError(f"{key} must be {want}, got {v!r}")
 
+    def head_scales(self) -> list[float]:
+        """Each head's cosine scale s (the grid point its run was given, else the probe's fixed scale)."""
+        return [float(hp.get("scale", self.ctx.probe.scale)) for hp in self.hparams]
+
     def hp(self, key: str) -> torch.Tensor:
         """Hyperparameter ``key`` of each head, float tensor [h] on the training device (built once: losses
         read it every step, and a host→device copy per step would stall a GPU)."""

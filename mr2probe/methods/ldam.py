@@ -70,7 +70,7 @@ class LDAM(Method):
     def prepare(self) -> None:
         self.delta = ldam_margins(self.ctx.counts, self.hp("max_m"))  # [h, K]
         if self.ctx.probe.head == "cosine":  # ẑ = z / s_head, s_head the head's cosine scale (per head)
-            s_head = [float(hp.get("scale", self.ctx.probe.scale)) for hp in self.hparams]
+            s_head = self.head_scales()
             self.pre = 1.0 / torch.tensor(s_head, dtype=self.delta.dtype, device=self.delta.device)[:, None, None]
             self.scale = self.hp("s")
         else:

@@ -45,7 +45,7 @@ class LfF(Method):
         ctx = self.ctx
         self.head = HEADS.get(ctx.probe.head)()
         seeds = [ctx.seed + int(hp["init_seed"]) for hp in self.hparams]
-        scales = [float(hp.get("scale", ctx.probe.scale)) for hp in self.hparams]  # as the main heads' (cosine)
+        scales = self.head_scales()  # as the main heads' (cosine)
         params = self.head.init(seeds, ctx.num_classes, ctx.rep_dim, ctx.probe, scales)
         self.biased = {n: t.to(device=ctx.x.device, dtype=ctx.x.dtype).requires_grad_(not n.startswith("_"))
                        for n, t in params.items()}
