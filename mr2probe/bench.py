@@ -100,11 +100,7 @@ class CellResult:
 
 
 def _type_ok(value: Any, typ: Any) -> bool:
-    if typ == "floats":
-        vals = value if isinstance(value, list) else [value]
-        return bool(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
-    if typ is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A value of the [extract] / [roots] / top-level schema's type (bools are not numbers)."""
     if typ is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, typ)
