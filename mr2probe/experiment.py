@@ -432,6 +432,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
                                          data.val_x, data.val_y, data.num_classes)
         return episode_cache[e]
 
+    barrier()  # under torchrun every rank lists the finished parts before any rank writes one
     todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
     rank, world = rank_world()
     mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
