@@ -507,3 +507,28 @@ def test_one_writer_per_output(tmp_path, reference):
         kill_group(first, signal.SIGKILL)
     assert first.returncode == 0, err
     assert_same_features(out, reference[BATCH])
+
+
+def test_torchrun_rank_killed_mid_extraction_ends_with_one_line_and_resumes(tmp_path, reference):
+    """SIGKILL one of 2 ranks mid-split: the job ends, the surviving rank says one line (no traceback of ours),
+    and the same torchrun command then finishes a file equal to the single-process one."""
+    out = tmp_path / "ddp.h5"
+    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(SUPPORT), *cli_args(out, batch=7)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(sleep=0.25), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_for_rows(proc, engine.partial_path(out), "train", 8)
+        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(ranks) == 2, ranks
+        os.kill(int(max(ranks, key=int)), signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert f'File "{ROOT / "mr2probe"}' not in err, err[-3000:]
+    # the surviving rank (torchrun SIGTERMs it) prints the one line; torchrun's launcher then reports the child
+    assert err.count("error: interrupted; rerun the same command to resume") == 1, err[-3000:]
+    assert not out.exists() and engine.partial_path(out).exists()
+    r = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_same_features(out, reference[7])
