@@ -38,9 +38,9 @@ import pandas as pd
 from .atomic import atomic_text
 from .errors import UserError
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
-from .summary import Summary, best_of, cross_run, hard_set_stability, over_runs, summarize
+from .summary import CI_NAMES, Summary, best_of, cross_run, hard_set_stability, over_runs, summarize
 
-CI_COLUMNS = ["All 95% CI", "Hard 95% CI", "ΔHard 95% CI", "ΔEasy 95% CI", "ΔAll 95% CI"]
+CI_COLUMNS = [f"{c} 95% CI" for c in CI_NAMES]  # the displayed CI columns, one per Summary CI
 PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
 
 
