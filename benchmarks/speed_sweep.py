@@ -3,7 +3,8 @@
 Three ratios, each against a reference measured in the same run:
   sweep/sequential  the stacked sweep against the same heads trained one after another
   sweep/gemm        the sweep against the bare matrix products it needs (forward X·Wᵀ and the weight gradient
-                    Gᵀ·X for every step, same shapes, same FLOPs) — target ≤ 2
+                    Gᵀ·X for every step, same shapes — per head chunk where the CPU trains a stack in chunks
+                    — same FLOPs) — target ≤ 2
   ce/sklearn_time   one CE probe (ours) against sklearn's LogisticRegression on the real Fashion-MNIST ×
                     EfficientNet-Lite0 features, both reaching the test accuracy printed beside (target ≤ 0.2)
 Shapes: "fmnist" = 60000 × 1280, K = 10 (synthetic Gaussian classes of that shape); "imagenet" = N × 768,
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from mr2probe.methods import METHODS
-from mr2probe.trainer import TrainConfig, TrainData, expand_runs, train_stack
+from mr2probe.trainer import TrainConfig, TrainData, chunk_size, expand_runs, head_chunks, train_stack
 
 SHAPES = {"fmnist": (60000, 1280, 10), "imagenet": (4096, 768, 1000)}
 
@@ -39,18 +40,20 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def bare_gemms(data: TrainData, heads: int, steps: int, batch: int) -> float:
-    """The products a sweep step needs: logits = X_b Wᵀ ([B, D] × [D, H·K]) and grad_W = Gᵀ X_b."""
+def bare_gemms(data: TrainData, chunks: list[int], steps: int, batch: int) -> float:
+    """The products a sweep step needs, per chunk of h heads: logits = X_b Wᵀ ([B, D] × [D, h·K]) and
+    grad_W = Gᵀ X_b (one chunk of all H heads where the stack is not chunked)."""
     d, k = data.x.shape[1], data.num_classes
-    w = torch.randn(heads * k, d) * 0.01
+    ws = [torch.randn(h * k, d) * 0.01 for h in chunks]
     n = len(data.y)
 
     def run() -> None:
-        for s in range(steps):
-            i = (s * batch) % max(n - batch, 1)
-            xb = data.x[i:i + batch]
-            g = xb @ w.T
-            _ = g.T @ xb
+        for w in ws:
+            for s in range(steps):
+                i = (s * batch) % max(n - batch, 1)
+                xb = data.x[i:i + batch]
+                g = xb @ w.T
+                _ = g.T @ xb
 
     return timed(run)
 
@@ -70,7 +73,7 @@ def peak_rss_gib() -> float:
 
 
 def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, batch: int,
-                 sequential: bool = True) -> None:
+                 sequential: bool = True, wide: bool = False) -> None:
     n, d, k = SHAPES[name]
     data = synthetic(n, d, k)
     cfg = TrainConfig(epochs=epochs, batch_size=batch, min_steps=0, progress=False)
@@ -78,10 +81,18 @@ def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, b
     by_seed = {s: [sp for sp in specs if sp.seed == s] for s in seeds}
     t_sweep = timed(lambda: [train_stack(data, ss, cfg) for ss in by_seed.values()])
     t_seq = timed(lambda: [train_stack(data, [sp], cfg) for sp in specs]) if sequential else float("nan")
+    if wide:  # the same stacks without head chunks (one [B, D] × [D, H·K] product per step, as on a GPU)
+        one = TrainConfig(**{**cfg.__dict__, "chunk_mib": 0})
+        t_wide = timed(lambda: [train_stack(data, ss, one) for ss in by_seed.values()])
+        print(f"[{name}] one wide stack {t_wide:.1f} s: sweep/one_wide_stack={t_sweep / t_wide:.3f}")
     steps = epochs * -(-n // batch)
-    t_gemm = sum(bare_gemms(data, len(ss), steps, batch) for ss in by_seed.values())
+    size = chunk_size(cfg, k, data.x.device)
+    chunks = [[len(c) for c in (head_chunks(sorted(ss, key=lambda s: s.method), size) if size else [ss])]
+              for ss in by_seed.values()]
+    t_gemm = sum(bare_gemms(data, c, steps, batch) for c in chunks)
     print(f"[{name}] N={n} D={d} K={k}: {len(specs)} heads ({len(methods)} methods × grid × {len(seeds)} seeds), "
-          f"{epochs} epoch(s): sweep {t_sweep:.1f} s, sequential {t_seq:.1f} s, bare GEMMs {t_gemm:.1f} s")
+          f"{epochs} epoch(s), {len(chunks[0])} head chunk(s) per seed: sweep {t_sweep:.1f} s, sequential "
+          f"{t_seq:.1f} s, bare GEMMs {t_gemm:.1f} s")
     if sequential:
         print(f"[{name}] sweep/sequential={t_sweep / t_seq:.3f}")
     print(f"[{name}] sweep/gemm={t_sweep / t_gemm:.2f}")
@@ -125,6 +136,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--no-sequential", action="store_true", help="skip the one-by-one reference (slow)")
+    ap.add_argument("--wide", action="store_true", help="also time each seed as one unchunked stack")
     ap.add_argument("--features", type=Path, default=Path("features/fmnist-effl0.h5"))
     ap.add_argument("--ce-epochs", type=int, default=30, help="epochs of our CE probe (one head, no grid)")
     ap.add_argument("--ce-lr", type=float, default=1e-2, help="its learning rate (the grid value CE selects here)")
@@ -134,7 +146,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; methods: {', '.join(methods)}")
     for name in args.shapes.split(","):
         if name:
-            sweep_ratios(name, methods, list(range(args.seeds)), args.epochs, args.batch, not args.no_sequential)
+            sweep_ratios(name, methods, list(range(args.seeds)), args.epochs, args.batch, not args.no_sequential,
+                         args.wide)
     if args.features.exists():
         ce_vs_sklearn(args.features, args.ce_epochs, args.ce_lr)
     else:

@@ -152,7 +152,7 @@ class ProbeStack(torch.nn.Module):
         scales = [cfg.scale] * len(seeds) if scales is None else list(scales)
         if len(scales) != len(seeds) or any(not s > 0 for s in scales):
             raise UserError(f"cosine scales must be > 0, one per head; got {scales}")
-        self.cfg, self.num_heads = cfg, len(seeds)
+        self.cfg, self.num_heads, self.in_dim, self.num_classes = cfg, len(seeds), in_dim, num_classes
         self.adapter, self.head = ADAPTERS.get(cfg.adapter)(), HEADS.get(cfg.head)()
         self.out_dim = self.adapter.out_dim(in_dim, cfg.width)
         params = {**{f"adapter_{n}": t for n, t in self.adapter.init(seeds, in_dim, cfg.width).items()},
@@ -186,6 +186,17 @@ class ProbeStack(torch.nn.Module):
     def select(self, heads: slice | list[int]) -> dict[str, torch.Tensor]:
         """A copy of the parameters of some heads (for saving a selected run)."""
         return {n: t.detach()[heads].clone() for n, t in self.state_dict().items()}
+
+    @classmethod
+    def concat(cls, stacks: list["ProbeStack"]) -> "ProbeStack":
+        """One stack of the heads of ``stacks`` (same config and shapes), in order, on their device and dtype."""
+        first = stacks[0]
+        w = next(iter(first.state_dict().values()))
+        probe = cls(first.cfg, first.in_dim, first.num_classes, [0] * sum(s.num_heads for s in stacks)).to(
+            device=w.device, dtype=w.dtype)
+        states = [s.state_dict() for s in stacks]
+        probe.load_state_dict({k: torch.cat([st[k] for st in states]) for k in states[0]})
+        return probe
 
     @classmethod
     def from_state(cls, cfg: ProbeConfig, in_dim: int, num_classes: int, state: dict[str, torch.Tensor]

@@ -21,8 +21,8 @@ def test_stats_and_margins_by_hand_p2() -> None:
     st = class_stats(Z, Y, 3, p=2)
     # μ0 = (2,0), ŝ²0 = mean(1, 1) = 1, v0 = 4 + 1 = 5;  μ1 = (0,2), ŝ²1 = 0, v1 = 4;  μ2 = (1,1), v2 = 2
     assert st.mean.tolist() == [[2, 0], [0, 2], [1, 1]]
-    assert st.s2.tolist() == [1, 0, 0]
-    assert st.v.tolist() == [5, 4, 2]
+    np.testing.assert_allclose(st.s2.numpy(), [1, 0, 0], rtol=1e-15, atol=0)  # √ then ² of the norm: 1 ulp
+    np.testing.assert_allclose(st.v.numpy(), [5, 4, 2], rtol=1e-15, atol=0)
     # γ_k = 3 · v_k^(1/3) / (5^(1/3) + 4^(1/3) + 2^(1/3)) = 3 · (1.70998, 1.58740, 1.25992) / 4.55730
     gamma = margins(st.v)
     np.testing.assert_allclose(gamma.numpy(), [1.125658, 1.044958, 0.829384], atol=1e-5)

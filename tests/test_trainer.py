@@ -1,6 +1,7 @@
 """The stacked trainer: a head trained in a stack equals the head trained alone; determinism; val split."""
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 from conftest import write_by_hand
 from mr2probe.experiment import ExperimentConfig, holdout_val, run_experiment
 from mr2probe.heads import ProbeConfig
-from mr2probe.trainer import TrainConfig, TrainData, expand_runs, train_stack
+from mr2probe.trainer import TrainConfig, TrainData, chunk_size, expand_runs, head_chunks, train_stack
 
 
 def _data() -> TrainData:
@@ -45,6 +46,35 @@ def test_stack_equals_solo_linear_no_adapter() -> None:
 
 def test_stack_equals_solo_cosine_mlp_adapter() -> None:
     _check_stack_equals_solo("mlp", "cosine")
+
+
+def test_head_chunks_pack_whole_methods_and_split_only_a_method_larger_than_a_chunk() -> None:
+    cfg = _cfg()
+    specs = sorted(expand_runs(["ce", "jtt", "logit_adjust"], [0], cfg), key=lambda s: s.method)  # 4, 8, 4 heads
+    sizes = [[(m, len(list(g))) for m, g in itertools.groupby(c, key=lambda s: s.method)]
+             for c in head_chunks(specs, 5)]
+    assert sizes == [[("ce", 4)], [("jtt", 5)], [("jtt", 3)], [("logit_adjust", 4)]]
+    assert [len(c) for c in head_chunks(specs, 12)] == [12, 4] and [s for c in head_chunks(specs, 5) for s in c] == specs
+    # K = 1000, B = 512: 2 MiB of float32 logits per head → 8 heads in 16 MiB; a GPU keeps one stack
+    big = TrainConfig(batch_size=512)
+    assert chunk_size(big, 1000, torch.device("cpu")) == 8 and chunk_size(big, 1000, torch.device("cuda")) is None
+    assert chunk_size(TrainConfig(chunk_mib=0), 1000, torch.device("cpu")) is None
+
+
+def test_chunked_stack_equals_one_stack() -> None:
+    """Heads trained in chunks of 3 (methods cut, JTT's first stage and MR2's statistics per chunk) end where one
+    stack of all of them ends, in the same order, with the same per-head info."""
+    data = _data()
+    one = TrainConfig(**{**_cfg().__dict__, "chunk_mib": 0})
+    chunked = TrainConfig(**{**_cfg().__dict__, "chunk_mib": 3 * 16 * 3 * 4 / 2**20})  # 3 heads of [16, 3] logits
+    assert chunk_size(chunked, 3, torch.device("cpu")) == 3
+    specs = expand_runs(["ce", "jtt", "mr2"], [5], one)
+    a, b = train_stack(data, specs, one), train_stack(data, specs, chunked)
+    assert a.specs == b.specs and a.probe.num_heads == b.probe.num_heads == len(specs)
+    for name, p in a.probe.state_dict().items():
+        torch.testing.assert_close(b.probe.state_dict()[name], p, rtol=1e-9, atol=1e-9)
+    assert [i.keys() for i in a.info] == [i.keys() for i in b.info]
+    np.testing.assert_allclose([i.get("margins", [0])[0] for i in a.info], [i.get("margins", [0])[0] for i in b.info])
 
 
 def test_seed_changes_init_and_order() -> None:
