@@ -142,11 +142,12 @@ class CosineHead(Head):
 class ProbeStack(torch.nn.Module):
     """H probes with the same shape: ``forward(x [B, D]) -> (representation [H|1, B, d], logits [H, B, K])``.
 
-    ``scales`` [H]: each head's (initial) cosine scale; default ``cfg.scale`` for every head.
-    Parameters whose name starts with ``_`` are fixed buffers (e.g. a non-learnable cosine scale)."""
+    ``scales`` [H]: each head's (initial) cosine scale; default ``cfg.scale`` for every head. ``state``: the
+    parameters to hold instead of an initialisation (as :meth:`select` returns them; ``seeds`` then only counts the
+    heads). Parameters whose name starts with ``_`` are fixed buffers (e.g. a non-learnable cosine scale)."""
 
     def __init__(self, cfg: ProbeConfig, in_dim: int, num_classes: int, seeds: list[int],
-                 scales: list[float] | None = None) -> None:
+                 scales: list[float] | None = None, state: dict[str, torch.Tensor] | None = None) -> None:
         super().__init__()
         cfg.check()
         scales = [cfg.scale] * len(seeds) if scales is None else list(scales)
@@ -155,8 +156,9 @@ class ProbeStack(torch.nn.Module):
         self.cfg, self.num_heads, self.in_dim, self.num_classes = cfg, len(seeds), in_dim, num_classes
         self.adapter, self.head = ADAPTERS.get(cfg.adapter)(), HEADS.get(cfg.head)()
         self.out_dim = self.adapter.out_dim(in_dim, cfg.width)
-        params = {**{f"adapter_{n}": t for n, t in self.adapter.init(seeds, in_dim, cfg.width).items()},
-                  **{f"head_{n}": t for n, t in self.head.init(seeds, num_classes, self.out_dim, cfg, scales).items()}}
+        params = state if state is not None else {
+            **{f"adapter_{n}": t for n, t in self.adapter.init(seeds, in_dim, cfg.width).items()},
+            **{f"head_{n}": t for n, t in self.head.init(seeds, num_classes, self.out_dim, cfg, scales).items()}}
         for name, t in params.items():
             if name.split("_", 1)[1].startswith("_"):
                 self.register_buffer(name, t)
@@ -190,13 +192,9 @@ class ProbeStack(torch.nn.Module):
     @classmethod
     def concat(cls, stacks: list["ProbeStack"]) -> "ProbeStack":
         """One stack of the heads of ``stacks`` (same config and shapes), in order, on their device and dtype."""
-        first = stacks[0]
-        w = next(iter(first.state_dict().values()))
-        probe = cls(first.cfg, first.in_dim, first.num_classes, [0] * sum(s.num_heads for s in stacks)).to(
-            device=w.device, dtype=w.dtype)
-        states = [s.state_dict() for s in stacks]
-        probe.load_state_dict({k: torch.cat([st[k] for st in states]) for k in states[0]})
-        return probe
+        first, states = stacks[0], [s.state_dict() for s in stacks]
+        return cls(first.cfg, first.in_dim, first.num_classes, [0] * sum(s.num_heads for s in stacks),
+                   state={k: torch.cat([st[k].detach() for st in states]) for k in states[0]})
 
     @classmethod
     def from_state(cls, cfg: ProbeConfig, in_dim: int, num_classes: int, state: dict[str, torch.Tensor]

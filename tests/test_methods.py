@@ -361,8 +361,8 @@ def synthetic(n: tuple[int, ...] = (30, 15, 6), d: int = 12, seed: int = 0) -> T
 
 
 def quick_cfg(**probe: Any) -> TrainConfig:
-    return TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(1e-4,), min_steps=0, probe=ProbeConfig(**probe),
-                       device="cpu", progress=False)
+    return TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(1e-4,), min_steps=0,
+                       probe=ProbeConfig(**probe), device="cpu", progress=False)
 
 
 @pytest.mark.parametrize("probe", [{"head": "linear", "adapter": "none"},

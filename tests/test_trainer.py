@@ -54,7 +54,8 @@ def test_head_chunks_pack_whole_methods_and_split_only_a_method_larger_than_a_ch
     sizes = [[(m, len(list(g))) for m, g in itertools.groupby(c, key=lambda s: s.method)]
              for c in head_chunks(specs, 5)]
     assert sizes == [[("ce", 4)], [("jtt", 5)], [("jtt", 3)], [("logit_adjust", 4)]]
-    assert [len(c) for c in head_chunks(specs, 12)] == [12, 4] and [s for c in head_chunks(specs, 5) for s in c] == specs
+    assert [len(c) for c in head_chunks(specs, 12)] == [12, 4]
+    assert [s for c in head_chunks(specs, 5) for s in c] == specs
     # K = 1000, B = 512: 2 MiB of float32 logits per head → 8 heads in 16 MiB; a GPU keeps one stack
     big = TrainConfig(batch_size=512)
     assert chunk_size(big, 1000, torch.device("cpu")) == 8 and chunk_size(big, 1000, torch.device("cuda")) is None

@@ -96,23 +96,53 @@ def _pair_logsumexp(z: torch.Tensor, y: torch.Tensor, tau: torch.Tensor) -> tupl
 
 def _block_logsumexp(z: torch.Tensor, order: torch.Tensor, counts: torch.Tensor, tau: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same, from class blocks: padding and the diagonal are masked out of each block's m×m distances."""
-    h, b, d = z.shape
+    """The same, from class blocks [h, C, m, d] (the sorted batch gathered into one padded row block per class;
+    padding and the diagonal are masked out of each block's m×m distances)."""
+    b = z.shape[1]
     c, m = len(counts), int(counts.max())
     block = torch.repeat_interleave(torch.arange(c, device=z.device), counts)  # class block of each sorted row
     rank = torch.arange(b, device=z.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-    blocks = z.new_zeros(h, c, m, d)
-    blocks[:, block, rank] = z[:, order]
-    sq = z.new_zeros(h, c, m)
-    sq[:, block, rank] = z[:, order].pow(2).sum(-1)
+    slot = torch.zeros(c, m, dtype=torch.long, device=z.device)  # padding slots read row 0, masked out below
+    slot[block, rank] = order
     valid = torch.zeros(c, m, dtype=torch.bool, device=z.device)
     valid[block, rank] = True
     pair = valid[:, :, None] & valid[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=z.device)
-    gram = torch.matmul(blocks, blocks.transpose(-1, -2))  # [h, C, m, m]
-    dist = (sq[..., :, None] + sq[..., None, :] - 2 * gram).clamp_min(0) / tau[:, None, None, None]
-    lse = torch.logsumexp(dist.masked_fill(~pair, float("-inf")), dim=-1)  # [h, C, m]
+    # where each batch row sits in the flattened blocks [C·m]: the backward gathers its rows from there
+    where = torch.empty(b, dtype=torch.long, device=z.device)
+    where[order] = block * m + rank
+    lse = _BlockLSE.apply(z, slot, where, pair, tau)  # [h, C, m]
     anchor = pair.any(-1)  # [C, m]
     return lse[:, anchor], counts[:, None].expand(c, m)[anchor]
+
+
+class _BlockLSE(torch.autograd.Function):
+    """lse_i = logsumexp over partners j of d_ij = ‖z_i − z_j‖²/τ in each class block, with its gradient in closed
+    form: for upstream g, W_ij = g_i · softmax_j(d_i·) (0 where masked, or where the rounded ‖·‖² fell below 0 and
+    was clamped), ∂/∂z_k Σ_i g_i lse_i = (2/τ)·[(Σ_j (W + Wᵀ)_kj) z_k − ((W + Wᵀ) z)_k]. One batched Gram product
+    forward and one backward (autograd of the same forward takes three, and scatters the padded blocks back)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, slot: torch.Tensor, where: torch.Tensor, pair: torch.Tensor,
+                tau: torch.Tensor) -> torch.Tensor:
+        blocks = z[:, slot]  # [h, C, m, d]
+        sq = z.pow(2).sum(-1)[:, slot]  # [h, C, m], from the unpadded rows
+        raw = sq[..., :, None] + sq[..., None, :] - 2 * torch.matmul(blocks, blocks.transpose(-1, -2))
+        keep = pair & (raw >= 0)  # clamp_min(0) passes no gradient below 0
+        dist = (raw.clamp_min(0) / tau[:, None, None, None]).masked_fill(~pair, float("-inf"))
+        lse = torch.logsumexp(dist, dim=-1)  # -inf for a row without partner (padding, a class of one)
+        ctx.save_for_backward(z, blocks, dist, lse, keep, tau, where)
+        return lse
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        z, blocks, dist, lse, keep, tau, where = ctx.saved_tensors
+        has = torch.isfinite(lse)
+        soft = torch.exp(dist - lse.masked_fill(~has, 0)[..., None])  # softmax over partners, 0 where masked
+        w = ((g.masked_fill(~has, 0) / tau[:, None, None])[..., None] * soft).masked_fill(~keep, 0)
+        w = w + w.transpose(-1, -2)
+        h, c, m, d = blocks.shape
+        mixed = torch.matmul(w, blocks).reshape(h, c * m, d)[:, where]  # ((W + Wᵀ) z)_k per batch row [h, B, d]
+        return 2 * (w.sum(-1).reshape(h, c * m)[:, where, None] * z - mixed), None, None, None, None
 
 
 @METHODS.register("mr2", help="MR2: logit margins from class variability + representation margin (ICLR 2026); "
