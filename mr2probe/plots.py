@@ -10,6 +10,8 @@ readable from K = 10 to K = 1000 classes and from 2 to 20+ methods:
                      sample SD over seeds
     variability.png  MR2 class variability v_k against reference accuracy, colour = margin γ_k, Spearman ρ
     tradeoff.png     ΔHard against ΔEasy per method (error bars = sample SD over seeds of the paired differences)
+    summary.png      across runs (``report`` with several run folders): every method's ΔHard with its 95% CI,
+                     one band per run — a forest plot (e.g. a dose–response, one run per dose)
 
 A method looks the same in every plot (:func:`method_styles`): a unique (colour, marker) pair, the reference
 near-black, the null control grey ("no effect").
@@ -62,13 +64,8 @@ def method_styles(s: Summary) -> dict[str, tuple[str, str]]:
     """One (colour as ``#rrggbb``, marker) per method, the same in every plot and unique within the run: the
     reference a near-black star, the null control a grey X, every other method (in ``s.methods`` order) the
     next tab20 colour (grey excluded) and the next of :data:`MARKERS` (unique pairs for up to 126 of them)."""
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    cmap = colormaps["tab20"]
     others = [m for m in s.methods if m not in (s.reference, s.null)]
-    styles = {m: (to_hex(cmap(PALETTE_INDICES[i % len(PALETTE_INDICES)])), MARKERS[i % len(MARKERS)])
-              for i, m in enumerate(others)}
+    styles = {m: _style(i) for i, m in enumerate(others)}
     styles[s.reference] = REFERENCE_STYLE
     if s.null:
         styles[s.null] = NULL_STYLE
@@ -465,6 +462,48 @@ def _place_labels(fig: Figure, ax: Any, xy: np.ndarray, labels: list[str], avoid
                           fontsize=fontsize, ha="left", va="bottom", arrowprops=leader, annotation_clip=False,
                           zorder=5)
         ann.set_in_layout(False)
+
+
+def plot_across_runs(numbers: Any, path: Path) -> tuple[Path, int]:
+    """Forest plot of the summary across runs (:func:`~mr2probe.summary.cross_run` rows): per run a band, in it one
+    row per method other than the run's reference with its mean ΔHard (points, paired by seed) and the bootstrap
+    95% CI as a bar; the null control grey, 0 dashed. Returns the path and the number of rows drawn."""
+    rows = numbers[(numbers["method"] != numbers["reference"]) & numbers["ΔHard"].notna()]
+    runs = list(dict.fromkeys(rows["run"]))
+    methods = list(dict.fromkeys(m for m in rows["method"] if "(null)" not in m))
+    style = {m: _style(i) for i, m in enumerate(methods)}
+    fig = _figure(7.5, 1.0 + 0.16 * len(rows) + 0.25 * len(runs))
+    ax = fig.add_subplot()
+    y, ticks, labels = 0.0, [], []
+    for run in runs:
+        block = rows[rows["run"] == run]
+        for _, r in block.iterrows():
+            c, marker = NULL_STYLE if "(null)" in r["method"] else style[r["method"]]
+            lo, hi = r.get("ΔHard_ci_lo", np.nan), r.get("ΔHard_ci_hi", np.nan)
+            if np.isfinite(lo) and np.isfinite(hi):
+                ax.plot([lo, hi], [y, y], color=c, lw=1.6, solid_capstyle="butt")
+            ax.plot([r["ΔHard"]], [y], marker, ms=4, color=c, mec=MARKER_EDGE, mew=0.5)
+            ticks.append(y)
+            labels.append(r["method"])
+            y -= 1
+        ax.axhline(y + 0.5, color="0.85", lw=0.8)
+        ax.text(1.0, y + len(block) + 0.5, f" {run}", transform=ax.get_yaxis_transform(), va="top", ha="left",
+                fontsize=8, weight="bold")
+        y -= 0.5
+    ax.axvline(0, color="0.3", lw=0.8, ls="--")
+    ax.set_yticks(ticks, labels, fontsize=7)
+    ax.set_xlabel("ΔHard (points) vs each run's reference, mean over seeds; bar: 95% bootstrap CI")
+    ax.set_ylim(y + 0.5, 0.5)
+    ax.grid(axis="x", color="0.92")
+    return _save(fig, path), len(rows)
+
+
+def _style(i: int) -> tuple[str, str]:
+    """The i-th (colour, marker) of the methods other than the reference and the null control."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    return to_hex(colormaps["tab20"](PALETTE_INDICES[i % len(PALETTE_INDICES)])), MARKERS[i % len(MARKERS)]
 
 
 def write_plots(s: Summary, results: dict[str, Any], run_dir: Path) -> tuple[list[Path], list[str]]:

@@ -485,6 +485,11 @@ def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: s
         atomic_text(csv_path, to_csv_numbers(cross.numbers))
         out += ["Averages over runs (Δ to each run's reference; per-run rows in the summary file):",
                 markdown_table(*cross.means), f"wrote {md_path} and {csv_path}"]
+        if plots:
+            from .plots import plot_across_runs
+
+            png, _ = plot_across_runs(cross.numbers[cross.numbers["scope"] == "run"], md_path.with_suffix(".png"))
+            out.append(f"wrote {png}")
         if html_file:
             html_path = md_path.parent / "report.html"
             atomic_text(html_path, to_html(reports, cross))

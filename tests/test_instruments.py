@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.stats import binomtest
 
@@ -323,6 +324,22 @@ def test_hard_set_stability_across_runs_and_bench_summary(tmp_path: Path) -> Non
     assert (over["HardPrec"], over["HardRate"], over["Sig↑/↓"]) == ("33.33 ± 0.00", "3.00 ± 0.00", "2 / 4")
     assert "- hand_ds: mean 0.33 over 2 runs (a1 vs a2: 0.33)" in summary
     assert "Minimum detectable ΔHard per run:" in summary
+
+
+def test_across_runs_forest_plot_draws_every_non_reference_row(tmp_path: Path) -> None:
+    """``report`` with several runs writes summary.png: one row per (run, method other than its reference)."""
+    from mr2probe.plots import plot_across_runs
+
+    a1 = hand_run(tmp_path / "runs" / "a1")
+    a2 = write_run(tmp_path / "runs" / "a2", {"ce": [predict([0.9, 0.5, 0.5, 0.9, 0.9, 0.9])] * 2,
+                                              "mr2": [predict([0.9, 0.6, 0.6, 0.9, 0.9, 0.9])] * 2})
+    text = run_report([a1, a2], plots=True)
+    png = tmp_path / "runs" / "summary.png"
+    assert f"wrote {png}" in text and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    numbers = pd.read_csv(tmp_path / "runs" / "summary.csv")
+    runs = numbers[numbers["scope"] == "run"]
+    _, drawn = plot_across_runs(runs, tmp_path / "again.png")
+    assert drawn == int((runs["method"] != runs["reference"]).sum()) > 0
 
 
 def test_runs_without_predictions_still_report(tmp_path: Path) -> None:

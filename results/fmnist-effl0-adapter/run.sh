@@ -19,4 +19,4 @@ for adapter in linear mlp; do
   dirs+=("$R/shots20-$adapter" "$R/shots20-$adapter-refscale")
   echo "done $adapter"
 done
-mr2probe report "${dirs[@]}" --no-plots > /dev/null
+mr2probe report "${dirs[@]}" > /dev/null

@@ -31,4 +31,4 @@ for cell in "longtail100 longtail:100 1" "shots5 shots:5 5" "full full 1"; do
   dirs+=("$R/$tag-linear-e0.33-p3" "$R/$tag-linear-e1" "$R/$tag-linear-e3" "$R/$tag-linear-p2" "$R/$tag-linear-p5"
          "$R/$tag-cosine-classifier" "$R/$tag-cosine-input")
 done
-mr2probe report "${dirs[@]}" --no-plots > /dev/null
+mr2probe report "${dirs[@]}" > /dev/null

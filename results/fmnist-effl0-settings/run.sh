@@ -4,12 +4,15 @@
 # 5 episodes), every method without an adapter + the reference probes logreg and knn, linear head, 3 seeds,
 # null control, groups on val. Val and test are the full balanced splits. Run from the repository root;
 # resumable (finished seeds are kept in each run folder's parts/). Cells are run in this order and each is
-# reported as soon as it is done.
+# reported as soon as it is done. Another dataset or encoder: set DATASET, ENCODER, F and R (as
+# results/mnist-effl0-settings/run.sh does).
 set -euo pipefail
 export OMP_NUM_THREADS=1
-F=features/fmnist-effl0.h5
-[ -f $F ] || mr2probe extract --encoder efficientnet-lite0 --dataset fashion-mnist --out $F
-R=results/fmnist-effl0-settings
+DATASET=${DATASET:-fashion-mnist}
+ENCODER=${ENCODER:-efficientnet-lite0}
+F=${F:-features/fmnist-effl0.h5}
+R=${R:-results/fmnist-effl0-settings}
+[ -f $F ] || mr2probe extract --encoder $ENCODER --dataset $DATASET --out $F
 M="all,logreg,knn"
 mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile longtail:100 --out $R/linear-longtail100 -q
 mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile shots:5 --episodes 5 --out $R/linear-shots5 -q
