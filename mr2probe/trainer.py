@@ -204,7 +204,8 @@ def head_chunks(specs: list[RunSpec], heads_per_chunk: int) -> list[list[RunSpec
 def chunk_size(cfg: TrainConfig, num_classes: int, device: torch.device) -> int | None:
     """Heads per chunk on a CPU (logits [h, B, K] in float32 within ``cfg.chunk_mib``), None for one stack (a GPU,
     or ``chunk_mib`` 0). Why: a CPU computes the loss ops of a stack whose logits exceed its cache at memory speed
-    (at K = 1000 one 104-head stack trained slower than the same heads one by one)."""
+    (at K = 1000 one 104-head stack trained slower than the same heads one by one). Streamed features are read
+    once per chunk and epoch."""
     if device.type != "cpu" or cfg.chunk_mib <= 0:
         return None
     return max(1, int(cfg.chunk_mib * 2**20 // (cfg.batch_size * num_classes * 4)))
