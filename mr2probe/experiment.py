@@ -241,8 +241,9 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
 def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int] | None = None) -> str:
     """Identifies a seed's part file: everything that changes the numbers, not how the run is shown (progress
     bars), so `train -q` and `bench` share parts; ``stream`` (block and piece rows, which fix the streamed data
-    order) only when the features are streamed, so in-memory keys are unchanged."""
-    train = {k: v for k, v in asdict(cfg.train).items() if k != "progress"}
+    order) only when the features are streamed, so in-memory keys are unchanged. Left out besides the progress
+    bars: ``chunk_mib``, how the CPU groups the heads (the same heads, equal within float rounding)."""
+    train = {k: v for k, v in asdict(cfg.train).items() if k not in ("progress", "chunk_mib")}
     key = {"features": features_hash, "methods": cfg.methods, "train": train, "select": cfg.select,
            "val": [cfg.val_fraction, cfg.val_seed]}
     if cfg.profile.kind != "full":  # only then, so keys of full-set runs are unchanged

@@ -43,7 +43,7 @@ class StackedAdamW:
         self.t += 1
         c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
         for ps, lr, wd in self.groups:
-            eta = lr * factor  # [h]
+            eta = (lr * factor).clamp_min(torch.finfo(lr.dtype).tiny)  # [h]; > 0: it divides below
             for p in ps:
                 if p.grad is None:
                     continue

@@ -493,7 +493,7 @@ def plot_across_runs(numbers: Any, path: Path) -> tuple[Path, int]:
     ax.axvline(0, color="0.3", lw=0.8, ls="--")
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.set_xlabel("ΔHard (points) vs each run's reference, mean over seeds; bar: 95% bootstrap CI")
-    ax.set_ylim(y + 0.5, 0.5)
+    ax.set_ylim(min(y + 0.5, -0.5), 0.5)
     ax.grid(axis="x", color="0.92")
     return _save(fig, path), len(rows)
 

@@ -40,6 +40,9 @@ PIECE_ROWS = 2048  # rows per piece of a chunk in the deviation pass: its tempor
 # than one 8192-row piece on a CPU, where each fresh multi-MB temporary costs page faults)
 
 
+GATHER_ABOVE = 64  # classes
+
+
 def _onehot(y: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.nn.functional.one_hot(y, k).to(dtype)
 
@@ -67,7 +70,9 @@ def class_stats_chunked(chunks: Callable[[], Iterable[tuple[torch.Tensor, torch.
     pieces = ((zp, yp) for z, y in chunks() for zp, yp in zip(z.split(PIECE_ROWS, -2), y.split(PIECE_ROWS)))
     for z, y in pieces:
         oh = _onehot(y, num_classes, z.dtype)
-        diff = z - oh @ mean  # z − μ_y [.., b, d]: a product with the one-hot labels, not a gather of b rows
+        # z − μ_y [.., b, d]: for few classes a product with the one-hot labels (cheaper on a CPU than a gather of
+        # b rows), for many a gather (the product would cost b·K·d)
+        diff = z - (oh @ mean if num_classes <= GATHER_ABOVE else mean[..., y, :])
         a, b = lp_sq(diff, p) @ oh, lp_sq(diff, 2) @ oh  # [.., K]
         dev_p = a if dev_p is None else dev_p + a
         dev_2 = b if dev_2 is None else dev_2 + b

@@ -163,7 +163,7 @@ def epoch_batches(x: torch.Tensor | StreamedFeatures, batch_size: int, gen: torc
         yield from x.batches(batch_size, gen)
         return
     order = torch.randperm(len(x), generator=gen).to(x.device)
-    buf = x.new_empty(min(batch_size, len(x)), x.shape[1])
+    buf = x.new_empty(min(batch_size, len(x)), *x.shape[1:])
     for idx in order.split(batch_size):
         # into one buffer reused by every batch (a batch is consumed, backward included, before the next is drawn):
         # on a CPU a fresh [B, D] tensor per step costs more page faults than the gather itself

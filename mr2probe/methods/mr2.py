@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..errors import UserError
 from ..heads import HEADS, Head
@@ -134,6 +135,7 @@ class _BlockLSE(torch.autograd.Function):
         return lse
 
     @staticmethod
+    @once_differentiable  # the saved tensors are constants here: a second derivative would be wrong, so refuse
     def backward(ctx, g: torch.Tensor):
         z, blocks, dist, lse, keep, tau, where = ctx.saved_tensors
         has = torch.isfinite(lse)
