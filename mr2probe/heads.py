@@ -194,7 +194,7 @@ class ProbeStack(torch.nn.Module):
         """One stack of the heads of ``stacks`` (same config and shapes), in order, on their device and dtype."""
         first, states = stacks[0], [s.state_dict() for s in stacks]
         return cls(first.cfg, first.in_dim, first.num_classes, [0] * sum(s.num_heads for s in stacks),
-                   state={k: torch.cat([st[k].detach() for st in states]) for k in states[0]})
+                   state={k: torch.cat([st[k] for st in states]) for k in states[0]})
 
     @classmethod
     def from_state(cls, cfg: ProbeConfig, in_dim: int, num_classes: int, state: dict[str, torch.Tensor]

@@ -51,7 +51,7 @@ class StackedAdamW:
                 m, v = self.state[id(p)]
                 m.lerp_(p.grad, 1 - b1)
                 v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                if factor == 0:  # the schedule's end: no step (and no division by η_t = 0)
+                if factor == 0:  # the schedule's end: no step
                     continue
                 p.mul_((1 - eta * wd).reshape(shape))
                 d = torch.sqrt(v, out=self.scratch[id(p)])

@@ -36,11 +36,11 @@ class ClassStats:
         return self.s2_l2.mean(-1)
 
 
-PIECE_ROWS = 2048  # rows per piece of a chunk in the deviation pass: its temporaries stay small (measured ~2× faster
-# than one 8192-row piece on a CPU, where each fresh multi-MB temporary costs page faults)
-
-
-GATHER_ABOVE = 64  # classes
+# The deviation pass works in pieces of PIECE_ROWS rows, so its temporaries stay small (measured ~2× faster than one
+# 8192-row piece on a CPU, where each fresh multi-MB temporary costs page faults), and finds μ_y by a one-hot product
+# up to GATHER_ABOVE classes, by a gather beyond (where the product's b·K·d would cost more).
+PIECE_ROWS = 2048
+GATHER_ABOVE = 64
 
 
 def _onehot(y: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
@@ -70,9 +70,7 @@ def class_stats_chunked(chunks: Callable[[], Iterable[tuple[torch.Tensor, torch.
     pieces = ((zp, yp) for z, y in chunks() for zp, yp in zip(z.split(PIECE_ROWS, -2), y.split(PIECE_ROWS)))
     for z, y in pieces:
         oh = _onehot(y, num_classes, z.dtype)
-        # z − μ_y [.., b, d]: for few classes a product with the one-hot labels (cheaper on a CPU than a gather of
-        # b rows), for many a gather (the product would cost b·K·d)
-        diff = z - (oh @ mean if num_classes <= GATHER_ABOVE else mean[..., y, :])
+        diff = z - (oh @ mean if num_classes <= GATHER_ABOVE else mean[..., y, :])  # z − μ_y [.., b, d]
         a, b = lp_sq(diff, p) @ oh, lp_sq(diff, 2) @ oh  # [.., K]
         dev_p = a if dev_p is None else dev_p + a
         dev_2 = b if dev_2 is None else dev_2 + b
