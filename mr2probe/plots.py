@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .atomic import atomic_write
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -56,7 +58,8 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, format="png", dpi=DPI)
+    """Write the PNG through a temporary name (:func:`~mr2probe.atomic.atomic_write`): never a half-written plot."""
+    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
     return path
 
 
