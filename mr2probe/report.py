@@ -429,9 +429,16 @@ def summary_paths(run_dirs: Sequence[Path], summary: Path | None) -> tuple[Path,
     return summary.with_suffix(".md"), summary.with_suffix(".csv")
 
 
-def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None) -> str:
-    """One self-contained HTML page: optional summary across runs (and the hard-set stability across runs), then
-    per run its table, the lines under it, the hard classes' top confusions, notes and plots (base64 PNG)."""
+def html_figure(png: Path) -> str:
+    """A PNG embedded in the page (base64), so the HTML file stands alone."""
+    b64 = base64.b64encode(png.read_bytes()).decode("ascii")
+    return f"<figure><img alt='{html.escape(png.name)}' src='data:image/png;base64,{b64}'></figure>"
+
+
+def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None, cross_plots: Sequence[Path] = ()) -> str:
+    """One self-contained HTML page: optional summary across runs (the hard-set stability across runs and the
+    ``cross_plots``, e.g. summary.png), then per run its table, the lines under it, the hard classes' top
+    confusions, notes and plots (base64 PNG)."""
     css = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
            "font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
            "th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
@@ -447,6 +454,7 @@ def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None) -> str:
         if block:
             parts.append(f"<p>{html.escape(block[1].replace('**', ''))}</p><ul>"
                          + "".join(f"<li>{html.escape(x[2:])}</li>" for x in block[3:]) + "</ul>")
+        parts += [html_figure(p) for p in cross_plots]
     for rep in reports:
         s = rep.summary
         parts.append(f"<h2>{html.escape(s.title)}</h2><p>Run folder <code>{html.escape(str(rep.run_dir))}</code>; "
@@ -454,9 +462,7 @@ def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None) -> str:
                      + "".join(f"<p>{html.escape(n)}</p>" for n in footnotes(s))
                      + f"<p>Hard classes: {html.escape(', '.join(rep.hard_classes))}</p>{to_html_confusions(s)}")
         parts += [f"<p class='note'>{html.escape(n)}</p>" for n in rep.notes]
-        for p in rep.plots:
-            b64 = base64.b64encode(p.read_bytes()).decode("ascii")
-            parts.append(f"<figure><img alt='{html.escape(p.name)}' src='data:image/png;base64,{b64}'></figure>")
+        parts += [html_figure(p) for p in rep.plots]
     parts.append("</body></html>\n")
     return "".join(parts)
 
@@ -485,13 +491,15 @@ def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: s
         atomic_text(csv_path, to_csv_numbers(cross.numbers))
         out += ["Averages over runs (Δ to each run's reference; per-run rows in the summary file):",
                 markdown_table(*cross.means), f"wrote {md_path} and {csv_path}"]
+        cross_plots = []
         if plots:
             from .plots import plot_across_runs
 
             png, _ = plot_across_runs(cross.numbers[cross.numbers["scope"] == "run"], md_path.with_suffix(".png"))
+            cross_plots.append(png)
             out.append(f"wrote {png}")
         if html_file:
             html_path = md_path.parent / "report.html"
-            atomic_text(html_path, to_html(reports, cross))
+            atomic_text(html_path, to_html(reports, cross, cross_plots))
             out.append(f"wrote {html_path}")
     return "\n".join(out)

@@ -201,14 +201,17 @@ def head_chunks(specs: list[RunSpec], heads_per_chunk: int) -> list[list[RunSpec
     return chunks
 
 
-def chunk_size(cfg: TrainConfig, num_classes: int, device: torch.device) -> int | None:
-    """Heads per chunk on a CPU (logits [h, B, K] in float32 within ``cfg.chunk_mib``), None for one stack (a GPU,
-    or ``chunk_mib`` 0). Why: a CPU computes the loss ops of a stack whose logits exceed its cache at memory speed
-    (at K = 1000 one 104-head stack trained slower than the same heads one by one). Streamed features are read
-    once per chunk and epoch."""
+def chunk_size(cfg: TrainConfig, num_classes: int, device: torch.device, itemsize: int = 4) -> int | None:
+    """Heads per chunk on a CPU, None for one stack (a GPU, or ``chunk_mib`` 0): as many heads as keep their
+    per-batch activations within ``cfg.chunk_mib``, i.e. B · (K + adapter widths) · ``itemsize`` bytes per head
+    (logits [B, K]; a linear adapter adds z [B, d], an MLP its hidden layer too). Why: a CPU computes the loss ops
+    of a stack whose logits exceed its cache at memory speed (at K = 1000 one 104-head stack trained slower than
+    the same heads one by one). Streamed features are read once per chunk and epoch."""
     if device.type != "cpu" or cfg.chunk_mib <= 0:
         return None
-    return max(1, int(cfg.chunk_mib * 2**20 // (cfg.batch_size * num_classes * 4)))
+    widths = {"none": 0, "linear": 1, "mlp": 2}.get(cfg.probe.adapter, 1) * cfg.probe.width
+    per_head = cfg.batch_size * (num_classes + widths) * itemsize
+    return max(1, int(cfg.chunk_mib * 2**20 // per_head))
 
 
 def _slices(specs: list[RunSpec]) -> list[tuple[str, slice]]:
@@ -230,7 +233,7 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     if len({s.seed for s in specs}) != 1:
         raise ValueError("a stack trains runs of one seed")
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
-    size = chunk_size(cfg, data.num_classes, data.y.device)
+    size = chunk_size(cfg, data.num_classes, data.y.device, torch.empty(0, dtype=data.x.dtype).element_size())
     chunks = [specs] if size is None else head_chunks(specs, size)
     if len(chunks) == 1:
         return _train_stack(data, specs, cfg, log, epochs, description, bar, {}, 1.0)
@@ -239,8 +242,9 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
                        enabled=cfg.progress and bar is None)
     shared: dict[Any, Any] = {}
     with own if bar is None else contextlib.nullcontext(bar) as bar:
-        parts = [_train_stack(data, c, cfg, log, epochs, description, bar, shared, len(c) / len(specs))
-                 for c in chunks]
+        # each chunk runs the seed's epochs again: the bar names the chunk so its epoch counter reads right
+        parts = [_train_stack(data, c, cfg, log, epochs, f"{description} · chunk {i + 1}/{len(chunks)}", bar, shared,
+                              len(c) / len(specs)) for i, c in enumerate(chunks)]
     return TrainedStack(specs=[s for p in parts for s in p.specs], probe=ProbeStack.concat([p.probe for p in parts]),
                         info=[i for p in parts for i in p.info])
 

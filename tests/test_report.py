@@ -122,7 +122,9 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
     assert runs["linear", "mr2"]["dataset"] == "hand_ds" and runs["linear", "ce"]["ΔHard"] == "—"
     assert md_rows(md, "method")[0]["ΔHard"] == "**+17.50 ± 3.54**"  # averages: mean ± SD over the 2 runs
     page = (tmp_path / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 8 and page.count("<table") == 4 and "mr2_uniform" in page
+    # 4 plots per run and the forest plot across runs (summary.png is named after --summary: sum.png)
+    assert page.count("data:image/png;base64,") == 9 and page.count("<table") == 4 and "mr2_uniform" in page
+    assert "alt='sum.png'" in page
     # one run, --no-plots then --html: a report.html in the run folder with its table and 4 images
     r = CliRunner().invoke(app, ["report", str(a), "--html"])
     assert r.exit_code == 0, r.output

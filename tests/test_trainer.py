@@ -60,6 +60,11 @@ def test_head_chunks_pack_whole_methods_and_split_only_a_method_larger_than_a_ch
     big = TrainConfig(batch_size=512)
     assert chunk_size(big, 1000, torch.device("cpu")) == 8 and chunk_size(big, 1000, torch.device("cuda")) is None
     assert chunk_size(TrainConfig(chunk_mib=0), 1000, torch.device("cpu")) is None
+    # float64 halves it; an adapter's activations count too: K = 744 + d = 256 per head, MLP twice d
+    assert chunk_size(big, 1000, torch.device("cpu"), itemsize=8) == 4
+    mlp = TrainConfig(batch_size=512, probe=ProbeConfig(adapter="mlp", width=256))
+    assert chunk_size(TrainConfig(batch_size=512, probe=ProbeConfig(adapter="linear")), 744, torch.device("cpu")) == 8
+    assert chunk_size(mlp, 488, torch.device("cpu")) == 8 and chunk_size(mlp, 1000, torch.device("cpu")) == 5
 
 
 def test_chunked_stack_equals_one_stack() -> None:
@@ -67,8 +72,8 @@ def test_chunked_stack_equals_one_stack() -> None:
     stack of all of them ends, in the same order, with the same per-head info."""
     data = _data()
     one = TrainConfig(**{**_cfg().__dict__, "chunk_mib": 0})
-    chunked = TrainConfig(**{**_cfg().__dict__, "chunk_mib": 3 * 16 * 3 * 4 / 2**20})  # 3 heads of [16, 3] logits
-    assert chunk_size(chunked, 3, torch.device("cpu")) == 3
+    chunked = TrainConfig(**{**_cfg().__dict__, "chunk_mib": 3 * 16 * 3 * 8 / 2**20})  # 3 heads of [16, 3] float64
+    assert chunk_size(chunked, 3, torch.device("cpu"), itemsize=8) == 3
     specs = expand_runs(["ce", "jtt", "mr2"], [5], one)
     a, b = train_stack(data, specs, one), train_stack(data, specs, chunked)
     assert a.specs == b.specs and a.probe.num_heads == b.probe.num_heads == len(specs)

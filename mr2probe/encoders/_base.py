@@ -124,8 +124,8 @@ class OnnxEncoder(Encoder):
         self._transform = build_transform(preprocessing)
         model_bytes = _truncate_onnx(model_path, output) if output else Path(model_path).read_bytes()
         opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
+        # onnxruntime ignores OMP_NUM_THREADS; follow torch's thread count (which honours it) unless told
+        opts.intra_op_num_threads = threads or torch.get_num_threads()
         try:
             self.session = ort.InferenceSession(model_bytes, opts, providers=_ort_providers())
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
