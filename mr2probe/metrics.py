@@ -28,12 +28,6 @@ import numpy as np
 
 COLUMNS = ["All", "mAcc", "Easy", "Medium", "Hard", "Worst", "Worst10", "Std", "Gap"]
 DELTA_COLUMNS = ["ΔHard", "ΔEasy", "ΔAll"]
-GROUPS_ON = {"val": "the reference's val accuracy (mean over seeds), scored on all of test",
-             "crossfit": "the reference's accuracy on one class-stratified half of test (mean over seeds), scored "
-                         "on the other half, and swapped; the two halves averaged",
-             "test": "the reference's test accuracy (mean over seeds), scored on the same test images: biased, "
-                     "regression to the mean credits any method that differs from the reference"}
-"""How the hard / medium / easy groups are ranked (``--groups-on``); the default is the first."""
 
 
 def null_name(reference: str) -> str:

@@ -2,7 +2,7 @@
 and a Δ summary across runs.
 
 Groups come from the reference method (default ce) averaged over seeds and are the same for every method; they are
-ranked on val by default (``--groups-on val|crossfit|test``, :data:`~mr2probe.metrics.GROUPS_ON`). Each column is
+ranked on val by default (``--groups-on val|crossfit|test``, :data:`~mr2probe.settings.GROUPS_ON`). Each column is
 mean ± sample SD (ddof = 1) over seeds; Δ columns are paired seed by seed with the reference. The null control
 (``<reference> (null)``: the reference trained again on disjoint seeds) is a row like any method: its Δs and CIs
 show what "no effect" looks like. CIs are 95% bootstrap intervals of the seed mean (:class:`~mr2probe.metrics.

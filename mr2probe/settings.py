@@ -21,6 +21,12 @@ from .errors import UserError
 
 KINDS = ("int", "float", "bool", "str", "floats", "size", "device")
 NO_ESTIMATOR = object()  # a setting the estimators do not take
+GROUPS_ON = {"val": "the reference's val accuracy (mean over seeds), scored on all of test",
+             "crossfit": "the reference's accuracy on one class-stratified half of test (mean over seeds), scored "
+                         "on the other half, and swapped; the two halves averaged",
+             "test": "the reference's test accuracy (mean over seeds), scored on the same test images: biased, "
+                     "regression to the mean credits any method that differs from the reference"}
+"""How the hard / medium / easy groups are ranked (``groups_on``); the default is the first."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Setting:
     default: Any
     help: str
     estimator: Any = NO_ESTIMATOR
+    choices: tuple[str, ...] = ()  # the values a str setting may take (empty: any)
 
     @property
     def flag(self) -> str:
@@ -56,10 +63,17 @@ class Setting:
         elif self.kind == "bool" and isinstance(value, bool):
             return value
         elif self.kind in ("str", "device") and isinstance(value, str):
-            return value
+            return self.check_choice(value, f"{where}: {self.name}")
         elif self.kind == "size" and isinstance(value, (str, int)) and not isinstance(value, bool):
             return value
         raise UserError(f"{where}: {self.name} must be {_KIND_TEXT[self.kind]}, got {value!r}")
+
+
+    def check_choice(self, value: Any, label: str) -> Any:
+        """``value`` if it is one of :attr:`choices` (or there are none); else a one-line :class:`UserError`."""
+        if self.choices and value not in self.choices:
+            raise UserError(f"{label} must be one of {', '.join(self.choices)}, got {value!r}")
+        return value
 
 
 _KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
@@ -101,7 +115,7 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
     Setting("null", "bool", True, "Train the null control: the reference again on seeds N..2N-1, scored like a "
             "method."),
     Setting("groups_on", "str", "val", "Rank the groups on val (default), crossfit (halves of test, swapped) or "
-            "test (biased; as many papers do)."),
+            "test (biased; as many papers do).", choices=tuple(GROUPS_ON)),
     Setting("episodes", "int", 1, "Seeded draws of a training profile, averaged like seeds (e.g. --train-profile "
             "shots:5 --episodes 5)."),
     Setting("profile_seed", "int", 0, "Seed of the training profile's class order and draws."),

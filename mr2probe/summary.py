@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
-from .metrics import (COLUMNS, DELTA_COLUMNS, GROUPS_ON, INSTRUMENT_COLUMNS, SIG_COLUMN, Z_ALPHA, Z_POWER, Bootstrap,
+from .metrics import (COLUMNS, DELTA_COLUMNS, INSTRUMENT_COLUMNS, SIG_COLUMN, Z_ALPHA, Z_POWER, Bootstrap,
                       Fold, Groups, class_groups, confusion, disparity_row, hard_instruments, jaccard_matrix,
                       mean_pairwise_jaccard, minimum_detectable, null_name, per_class_accuracy,
                       per_class_paired_test, precision_per_class, prediction_rate, stratified_halves)
+from .settings import GROUPS_ON, TRAIN
 
 LOWER_IS_BETTER = frozenset({"Std", "Gap"})
 HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS) | {"HardPrec"}
@@ -207,8 +208,7 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     per-class precision and prediction rate, the hard classes' top confusions, per-class paired tests against
     the reference with BH q-values; with or without them the minimum detectable ΔHard
     (:func:`detectable_delta_hard`) and the hard-set stability over the reference's seeds (:func:`seed_stability`)."""
-    if group_on not in GROUPS_ON:
-        raise UserError(f"--groups-on must be one of {', '.join(GROUPS_ON)}, got {group_on!r}")
+    TRAIN["groups_on"].check_choice(group_on, "--groups-on")
     by_method: dict[str, list[dict[str, Any]]] = {}
     for run in sorted(results["runs"], key=lambda r: r["seed"]):
         by_method.setdefault(run["method"], []).append(run)

@@ -95,6 +95,8 @@ def test_unknown_keys_are_refused(tmp_path: Path, extra: str, message: str) -> N
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[roots]\ncifar100 = "/x"', "unknown key"),
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[extract]\nper_class = 0', "per_class must be ≥ 1"),
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\nseeds = 0', "seeds must be a count"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[train]\ngroups_on = "train"',
+     "groups_on must be one of val, crossfit, test"),
 ])
 def test_bad_suites_are_refused_before_any_work(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "bad.toml"
