@@ -20,6 +20,13 @@ mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profil
 mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile shots:20 --episodes 5 --out $R/linear-shots20 -q
 mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 --html > /dev/null
 # The cosine head (scale grid on val), every method without an adapter (logreg and knn do not depend on the head:
-# their rows are the linear cells'), long-tailed ρ = 100 first; the other cosine cells follow when time allows.
-mr2probe train --features $F --methods all --head cosine --seeds 3 --train-profile longtail:100 --out $R/cosine-longtail100 -q
-mr2probe report $R/linear-longtail100 $R/cosine-longtail100 --summary $R/cosine-vs-linear-longtail100.md > /dev/null
+# their rows are the linear cells'), in this order; each cell beside its linear one in cosine-vs-linear-CELL.*.
+for cell in longtail100 longtail10 shots20 shots5; do
+  case $cell in
+    longtail*) P="--train-profile longtail:${cell#longtail}" ;;
+    shots*) P="--train-profile shots:${cell#shots} --episodes 5" ;;
+  esac
+  mr2probe train --features $F --methods all --head cosine --seeds 3 $P --out $R/cosine-$cell -q
+  mr2probe report $R/cosine-$cell --html > /dev/null
+  mr2probe report $R/linear-$cell $R/cosine-$cell --summary $R/cosine-vs-linear-$cell.md > /dev/null
+done
