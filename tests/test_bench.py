@@ -115,6 +115,10 @@ def test_shipped_suites_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     offline = load_suite("benchmarks/offline.toml")
     assert offline.datasets == ["fashion-mnist", "mnist"] and offline.methods == paper.methods
     assert [e.label for e in offline.encoders] == ["efficientnet-lite0", "dinov2-s14"]
+    settings = load_suite("benchmarks/settings.toml")
+    assert settings.profiles == ["full", "longtail:100", "longtail:10", "shots:20", "shots:5"]
+    assert {"logreg", "knn", "mr2", "ldam"} <= set(settings.methods) and settings.train["episodes"] == 5
+    assert settings.encoders == offline.encoders and settings.heads == ["linear", "cosine"]
     smoke = load_suite("benchmarks/smoke.toml")
     assert smoke.extract["per_class"] == 5 and smoke.train["epochs"] == 2
 
