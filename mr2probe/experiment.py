@@ -238,12 +238,19 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
         return {k.replace("__", "/"): z[k] for k in z.files}
 
 
+LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of ``scales`` in every linear-head part key
+
+
 def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int] | None = None) -> str:
     """Identifies a seed's part file: everything that changes the numbers, not how the run is shown (progress
     bars), so `train -q` and `bench` share parts; ``stream`` (block and piece rows, which fix the streamed data
     order) only when the features are streamed, so in-memory keys are unchanged. Left out besides the progress
     bars: ``chunk_mib``, how the CPU groups the heads (the same heads, equal within float rounding)."""
     train = {k: v for k, v in asdict(cfg.train).items() if k not in ("progress", "chunk_mib")}
+    if cfg.train.probe.head != "cosine":
+        # the scale grid does not touch a linear head: its key holds one fixed value, the grid's default before it
+        # was widened to 256, so that parts finished then are still found
+        train["scales"] = LINEAR_KEY_SCALES
     key = {"features": features_hash, "methods": cfg.methods, "train": train, "select": cfg.select,
            "val": [cfg.val_fraction, cfg.val_seed]}
     if cfg.profile.kind != "full":  # only then, so keys of full-set runs are unchanged

@@ -38,7 +38,8 @@ import pandas as pd
 from .atomic import atomic_text
 from .errors import UserError
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
-from .summary import CI_NAMES, Summary, best_of, cross_run, hard_set_stability, over_runs, summarize
+from .summary import (CI_NAMES, GRID_EDGE_RISE, Summary, best_of, cross_run, hard_set_stability, over_runs,
+                      summarize)
 
 CI_COLUMNS = [f"{c} 95% CI" for c in CI_NAMES]  # the displayed CI columns, one per Summary CI
 PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
@@ -145,6 +146,8 @@ def footnotes(s: Summary) -> list[str]:
     else:
         why = "one seed" if st.get("seeds", 0) < 2 else "no hard classes"
         lines.append(f"Hard-set stability across seeds ({s.reference}): not available ({why})")
+    edges = grid_edge_line(s)
+    lines += [edges] if edges else []
     cols = s.instrument_columns()
     if cols:
         lines.append("HardPrec: mean precision of the hard classes (%); HardRate: mean over the hard classes of "
@@ -155,6 +158,35 @@ def footnotes(s: Summary) -> list[str]:
     else:
         lines.append(f"HardPrec, HardRate, {SIG_COLUMN}: not shown (no predictions.npz in this run folder)")
     return lines
+
+
+def grid_edge_line(s: Summary) -> str | None:
+    """The choices at an end of their val grid (:func:`~mr2probe.summary.grid_edges`), grouped by value, with a
+    warning when the reference is among them; None when there are none. The null control is left out (it is the
+    reference again)."""
+    rows = [r for r in s.grid_edges if r["method"] != s.null]
+    if not rows:
+        return None
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for r in rows:
+        who = r["method"] + ("" if r["runs"] == r["of"] else f" {r['runs']}/{r['of']}")
+        groups.setdefault((r["param"], r["value"], r["end"], r["grid_min"], r["grid_max"]), []).append(who)
+    text = "; ".join(f"{p} = {v:g} ({end} of {lo:g}…{hi:g}): {', '.join(who)}"
+                     for (p, v, end, lo, hi), who in groups.items())
+    line = (f"Chosen at an end of a val grid of ≥ 3 values, the val score still rising there (by > "
+            f"{100 * GRID_EDGE_RISE:g} point over the next value inwards; a wider grid might do better; \"m k/n\": "
+            f"in k of the method's n runs, else in all): {text}.")
+    return line + (f" {reference_edge_warning(s)}" if reference_edge_warning(s) else "")
+
+
+def reference_edge_warning(s: Summary) -> str | None:
+    """"The reference … may be under-fit" when one of its choices sat at an end of its val grid, else None."""
+    ref = [r for r in s.grid_edges if r["method"] == s.reference]
+    if not ref:
+        return None
+    what = ", ".join(f"{r['param']} = {r['value']:g} (the {r['end']} of its grid, +{r['rise']:.2f} points of val "
+                     f"accuracy over the next value) in {r['runs']}/{r['of']} runs" for r in ref)
+    return f"The reference {s.reference} chose {what}: it may be under-fit; widen that grid."
 
 
 def mde_line(s: Summary) -> str:
@@ -226,7 +258,8 @@ def terminal_table(s: Summary, width: int = 200) -> str:
 
     cols = [c for c in COMPACT_COLUMNS if c in table_columns(s)]
     text, bold = shown(s, cols)
-    table = Table(title=s.title, caption=mde_line(s), title_justify="left", caption_justify="left")
+    caption = "\n".join(x for x in (mde_line(s), reference_edge_warning(s)) if x)
+    table = Table(title=s.title, caption=caption, title_justify="left", caption_justify="left")
     table.add_column("method", no_wrap=True)
     for c in cols:
         table.add_column(c, justify="right", no_wrap=True)

@@ -105,8 +105,8 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
     Setting("method_grid", "bool", True, "Also search the methods' own grids (e.g. MR2's c̄); off: only lr × wd × "
             "l2 × scale."),
     Setting("width", "int", 256, "Adapter output width.", estimator=256),
-    Setting("scale", "floats", (8.0, 16.0, 32.0, 64.0), "Cosine-head scale grid s, selected on val for every method "
-            "alike; one value fixes it.", estimator=16.0),
+    Setting("scale", "floats", (8.0, 16.0, 32.0, 64.0, 128.0, 256.0), "Cosine-head scale grid s, selected on val "
+            "for every method alike; one value fixes it.", estimator=16.0),
     Setting("learn_scale", "bool", False, "Make the cosine scale trainable (from each grid value)."),
     Setting("select", "str", "acc", "Val score of the grid: acc (overall) or macc (mean per-class)."),
     Setting("val_fraction", "float", 0.1, "Stratified hold-out of train when the file has no val split (the "

@@ -6,6 +6,7 @@ minimum detectable ΔHard, the stability of the hard set over seeds). Below the 
 which only render a Summary."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -81,6 +82,7 @@ class Summary:
     significance: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # per-class paired test vs ref
     mde: dict[str, Any] | None = None  # minimum detectable ΔHard: value (points), se, source
     seed_stability: dict[str, Any] = field(default_factory=dict)  # Jaccard of the reference's per-seed hard sets
+    grid_edges: list[dict[str, Any]] = field(default_factory=list)  # choices at an end of their val grid
 
     def instrument_columns(self) -> list[str]:
         """The instrument columns this table has: HardPrec, HardRate where some method has test predictions,
@@ -122,6 +124,7 @@ class Summary:
                       "seeds and methods, each draw averaging the per-seed statistic",
                 "mean": self.mean, "std": self.std, "ci_values": self.ci, "seeds": self.seeds,
                 "minimum_detectable_delta_hard": self.mde, "hard_set_stability_seeds": self.seed_stability,
+                "grid_edges": self.grid_edges,
                 "instruments": self.instruments_dict()}
 
     def numeric_columns(self) -> list[str]:
@@ -280,7 +283,8 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    precision=ins.precision, pred_rate=ins.rate, share=ins.share, confusions=ins.confusions,
                    significance=ins.significance,
                    mde=detectable_delta_hard(per_seed, draws, reference, null_method),
-                   seed_stability=seed_stability(ref_runs, list(results["class_names"])))
+                   seed_stability=seed_stability(ref_runs, list(results["class_names"])),
+                   grid_edges=grid_edges(by_method))
 
 
 class _Instruments:
@@ -398,6 +402,43 @@ def seed_stability(ref_runs: list[dict[str, Any]], names: list[str]) -> dict[str
     return {"value": j if np.isfinite(j) else None, "seeds": len(ref_runs),
             "pairs": len(ref_runs) * (len(ref_runs) - 1) // 2, "ranked_on": on,
             "hard_sets": {str(r["seed"]): [names[c] for c in np.flatnonzero(m)] for r, m in zip(ref_runs, members)}}
+
+
+GRID_EDGE_MIN_VALUES = 3  # a grid of two values has no inside: every choice is at one of its ends
+GRID_EDGE_RISE = 0.001  # [choice] val-score gain over the next value inwards (0.1 point) that counts as still rising
+
+
+def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Hyperparameters chosen at an end of their val grid (numeric grids of ≥ 3 values, from each run's ``grid``)
+    where the val score was still rising there: the chosen point beats the same point with that hyperparameter
+    one grid value inwards by more than :data:`GRID_EDGE_RISE`. A wider grid might do better; for the reference
+    it means it may be under-fit. One row per (method, hyperparameter, end): the value, the grid's range, in how
+    many of the method's runs (seeds × episodes) and the mean rise there (points)."""
+    rows = []
+    for method, runs in runs_by_method.items():
+        hits: dict[tuple[Any, ...], list[float]] = {}
+        for run in runs:
+            score = {json.dumps(g["hparams"], sort_keys=True): g["val_score"] for g in run.get("grid") or []}
+            chosen = run.get("hparams", {})
+            for name, value in chosen.items():
+                values = sorted({h[name] for h in map(json.loads, score) if _is_number(h.get(name))})
+                if not _is_number(value) or len(values) < GRID_EDGE_MIN_VALUES or values[0] < value < values[-1]:
+                    continue
+                inward = values[1] if value == values[0] else values[-2]
+                mine = score.get(json.dumps(chosen, sort_keys=True))
+                theirs = score.get(json.dumps({**chosen, name: inward}, sort_keys=True))
+                if mine is None or theirs is None or mine - theirs <= GRID_EDGE_RISE:
+                    continue
+                key = (name, "lowest" if value == values[0] else "highest", value, values[0], values[-1])
+                hits.setdefault(key, []).append(100 * (mine - theirs))
+        rows += [{"method": method, "param": name, "end": end, "value": value, "grid_min": lo, "grid_max": hi,
+                  "runs": len(rise), "of": len(runs), "rise": float(np.mean(rise))}
+                 for (name, end, value, lo, hi), rise in sorted(hits.items())]
+    return rows
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def hard_set_stability(items: Sequence[tuple[str, Summary]]) -> dict[str, dict[str, Any]]:

@@ -25,6 +25,7 @@ from .heads import ProbeConfig, ProbeStack
 from .methods import METHODS, Batch, FitContext, Method
 from .optim import StackedAdamW
 from .progress import progress_bar
+from .settings import TRAIN
 from .source import StreamedFeatures
 
 EVAL_CHUNK = 8192
@@ -39,13 +40,14 @@ class TrainConfig:
     epochs (:func:`budget`), the same for every head of a stack — so a small or few-shot training set still
     gets at least ``min_steps`` steps instead of a handful."""
 
-    epochs: int = 30
-    batch_size: int = 512
-    lrs: tuple[float, ...] = (1e-3, 1e-2)
-    weight_decays: tuple[float, ...] = (1e-4, 1e-1)
-    min_steps: int = 1000  # floor of the budget in optimiser steps
-    l2s: tuple[float, ...] = (0.0,)  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights (see train_stack)
-    scales: tuple[float, ...] = (8.0, 16.0, 32.0, 64.0)  # cosine-head scale grid, selected on val
+    # the defaults are the settings' (mr2probe.settings.TRAIN, declared once)
+    epochs: int = TRAIN["epochs"].default
+    batch_size: int = TRAIN["batch_size"].default
+    lrs: tuple[float, ...] = TRAIN["lr"].default
+    weight_decays: tuple[float, ...] = TRAIN["wd"].default
+    min_steps: int = TRAIN["min_steps"].default  # floor of the budget in optimiser steps
+    l2s: tuple[float, ...] = TRAIN["l2"].default  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights
+    scales: tuple[float, ...] = TRAIN["scale"].default  # cosine-head scale grid, selected on val
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # fixed overrides per method
     use_method_grids: bool = True
     probe: ProbeConfig = field(default_factory=ProbeConfig)

@@ -129,6 +129,7 @@ def test_train_q_and_bench_share_seed_parts() -> None:
     from dataclasses import replace
 
     from mr2probe.experiment import ExperimentConfig, _config_key
+    from mr2probe.heads import ProbeConfig
     from mr2probe.trainer import TrainConfig
 
     cfg = ExperimentConfig(features=Path("f.h5"), out=Path("o"), methods=["ce", "mr2"], seeds=[0],
@@ -139,6 +140,12 @@ def test_train_q_and_bench_share_seed_parts() -> None:
     assert _config_key(cfg, "abc") == _config_key(quiet, "abc") == _config_key(unchunked, "abc")
     assert _config_key(cfg, "abc") != _config_key(other, "abc")
     assert _config_key(cfg, "abc") != _config_key(cfg, "abd")
+    # the cosine scale grid is in a cosine head's key only (a linear head's numbers do not depend on it)
+    wide = replace(cfg, train=replace(cfg.train, scales=(16.0, 512.0)))
+    assert _config_key(cfg, "abc") == _config_key(wide, "abc")
+    cos = replace(cfg, train=replace(cfg.train, probe=ProbeConfig(head="cosine")))
+    cos_wide = replace(cos, train=replace(cos.train, scales=(16.0, 512.0)))
+    assert len({_config_key(cfg, "abc"), _config_key(cos, "abc"), _config_key(cos_wide, "abc")}) == 3
 
 
 def test_summary_has_easy_deltas_hard_cis_and_counts_of_clear_runs(tmp_path: Path) -> None:

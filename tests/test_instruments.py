@@ -368,3 +368,53 @@ def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
     # a single seed and no predictions: no MDE, said so
     one = write_run(tmp_path / "one", {"ce": [predict(REF)], "mr2": [predict(REF)]}, with_predictions=False)
     assert "Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 seeds" in report_run(one).markdown
+
+
+# ---- choices at an end of their val grid ---------------------------------------------------------------------
+
+def _grid_run(seed: int, chosen: dict, scores: dict[tuple, float], names: tuple[str, ...] = ("scale", "lr")) -> dict:
+    """A run whose val grid is ``scores`` ({(value of each name): val score}) and whose choice is ``chosen``."""
+    grid = [{"hparams": dict(zip(names, k)), "val_score": v} for k, v in scores.items()]
+    return {"seed": seed, "hparams": chosen, "grid": grid}
+
+
+def test_grid_edges_flag_an_end_only_where_the_val_score_still_rises() -> None:
+    from mr2probe.summary import grid_edges
+
+    three = {(8.0, 0.1): 0.80, (16.0, 0.1): 0.85, (32.0, 0.1): 0.86, (8.0, 1.0): 0.70, (16.0, 1.0): 0.70,
+             (32.0, 1.0): 0.70}
+    flat = {**three, (32.0, 0.1): 0.8505}  # +0.05 point over 16: not rising
+    low = {(8.0, 0.1): 0.90, (16.0, 0.1): 0.80, (32.0, 0.1): 0.70}
+    runs = {"ce": [_grid_run(0, {"scale": 32.0, "lr": 0.1}, three), _grid_run(1, {"scale": 32.0, "lr": 0.1}, flat)],
+            "inside": [_grid_run(0, {"scale": 16.0, "lr": 0.1}, {**three, (16.0, 0.1): 0.9})],
+            "low": [_grid_run(0, {"scale": 8.0, "lr": 0.1}, low)]}
+    rows = grid_edges(runs)
+    # lr has two values (no inside): never flagged; the interior choice neither
+    assert rows == [
+        {"method": "ce", "param": "scale", "end": "highest", "value": 32.0, "grid_min": 8.0, "grid_max": 32.0,
+         "runs": 1, "of": 2, "rise": pytest.approx(1.0)},
+        {"method": "low", "param": "scale", "end": "lowest", "value": 8.0, "grid_min": 8.0, "grid_max": 32.0,
+         "runs": 1, "of": 1, "rise": pytest.approx(10.0)}]
+
+
+def test_a_reference_at_the_end_of_its_grid_is_flagged_under_every_table(tmp_path: Path) -> None:
+    from mr2probe.report import grid_edge_line, reference_edge_warning, terminal_table
+
+    d = hand_run(tmp_path / "run")
+    results = json.loads((d / "results.json").read_text())
+    rising = {(8.0, 0.1): 0.80, (16.0, 0.1): 0.85, (32.0, 0.1): 0.87}
+    for r in results["runs"]:
+        if r["method"] in ("ce", "ce (null)"):
+            r.update(_grid_run(r["seed"], {"scale": 32.0, "lr": 0.1}, rising))
+    (d / "results.json").write_text(json.dumps(results))
+    rep = report_run(d)
+    warning = reference_edge_warning(rep.summary)
+    assert warning.startswith("The reference ce chose scale = 32 (the highest of its grid, +2.00 points")
+    assert "in 2/2 runs: it may be under-fit" in warning
+    line = grid_edge_line(rep.summary)
+    assert "scale = 32 (highest of 8…32): ce." in line and "(null)" not in line  # the null control left out
+    assert line in rep.markdown and "under-fit" in " ".join(terminal_table(rep.summary).split())
+    edges = json.loads((d / "summary.json").read_text())["grid_edges"]
+    assert {(e["method"], e["runs"]) for e in edges} == {("ce", 2), ("ce (null)", 2)}
+    # no grid: no line
+    assert grid_edge_line(report_run(hand_run(tmp_path / "plain")).summary) is None

@@ -242,7 +242,7 @@ def test_ce_probe_reaches_logistic_regression_on_a_10_shot_subset(bundled) -> No
 
 
 def test_cosine_reference_is_within_2_points_of_linear(bundled) -> None:
-    """The cosine head's scale is selected on val (8, 16, 32, 64): its CE reference is not under-fit."""
+    """The cosine head's scale is selected on val (8 … 256): its CE reference is not under-fit."""
     rows = np.arange(len(bundled["y"]))
     cos, _ = _ce_vs_logreg(bundled, rows, head="cosine")
     lin, _ = _ce_vs_logreg(bundled, rows)
