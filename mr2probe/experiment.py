@@ -248,9 +248,10 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
     bars: ``chunk_mib``, how the CPU groups the heads (the same heads, equal within float rounding)."""
     train = {k: v for k, v in asdict(cfg.train).items() if k not in ("progress", "chunk_mib")}
     if cfg.train.probe.head != "cosine":
-        # the scale grid does not touch a linear head: its key holds one fixed value, the grid's default before it
-        # was widened to 256, so that parts finished then are still found
+        # the cosine scale (grid, start value, learnable) does not touch a linear head: its key holds fixed values,
+        # those of the default before the grid was widened to 256, so that parts finished then are still found
         train["scales"] = LINEAR_KEY_SCALES
+        train["probe"] = {**train["probe"], "scale": LINEAR_KEY_SCALES[0], "learn_scale": False}
     key = {"features": features_hash, "methods": cfg.methods, "train": train, "select": cfg.select,
            "val": [cfg.val_fraction, cfg.val_seed]}
     if cfg.profile.kind != "full":  # only then, so keys of full-set runs are unchanged

@@ -175,8 +175,8 @@ def grid_edge_line(s: Summary) -> str | None:
                      for (p, v, end, lo, hi), who in groups.items())
     line = (f"Chosen at an end of a val grid of ≥ 3 values, the val score still rising there (by > "
             f"{100 * GRID_EDGE_RISE:g} point over the next value inwards; a wider grid might do better; \"m k/n\": "
-            f"in k of the method's n runs, else in all): {text}.")
-    return line + (f" {reference_edge_warning(s)}" if reference_edge_warning(s) else "")
+            f"in k of the method's n runs, else in all): {text}")
+    return line + (f". {reference_edge_warning(s)}" if reference_edge_warning(s) else "")
 
 
 def reference_edge_warning(s: Summary) -> str | None:
@@ -186,7 +186,7 @@ def reference_edge_warning(s: Summary) -> str | None:
         return None
     what = ", ".join(f"{r['param']} = {r['value']:g} (the {r['end']} of its grid, +{r['rise']:.2f} points of val "
                      f"accuracy over the next value) in {r['runs']}/{r['of']} runs" for r in ref)
-    return f"The reference {s.reference} chose {what}: it may be under-fit; widen that grid."
+    return f"The reference {s.reference} chose {what}: it may be under-fit; widen that grid"
 
 
 def mde_line(s: Summary) -> str:

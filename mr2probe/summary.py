@@ -284,7 +284,7 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    significance=ins.significance,
                    mde=detectable_delta_hard(per_seed, draws, reference, null_method),
                    seed_stability=seed_stability(ref_runs, list(results["class_names"])),
-                   grid_edges=grid_edges(by_method))
+                   grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}))
 
 
 class _Instruments:
@@ -408,26 +408,34 @@ GRID_EDGE_MIN_VALUES = 3  # a grid of two values has no inside: every choice is 
 GRID_EDGE_RISE = 0.001  # [choice] val-score gain over the next value inwards (0.1 point) that counts as still rising
 
 
-def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[str, float] | None = None
+               ) -> list[dict[str, Any]]:
     """Hyperparameters chosen at an end of their val grid (numeric grids of ≥ 3 values, from each run's ``grid``)
     where the val score was still rising there: the chosen point beats the same point with that hyperparameter
     one grid value inwards by more than :data:`GRID_EDGE_RISE`. A wider grid might do better; for the reference
-    it means it may be under-fit. One row per (method, hyperparameter, end): the value, the grid's range, in how
-    many of the method's runs (seeds × episodes) and the mean rise there (points)."""
+    it means it may be under-fit. Only the hyperparameters the grid records are compared (a reference probe
+    records fixed ones beside them); an upper end at its ``ceilings`` value (kNN's k at the number of training
+    rows) cannot be widened and is not flagged. One row per (method, hyperparameter, end): the value, the grid's
+    range, in how many of the method's runs (seeds × episodes) and the mean rise there (points)."""
+    ceilings = ceilings or {}
     rows = []
     for method, runs in runs_by_method.items():
         hits: dict[tuple[Any, ...], list[float]] = {}
         for run in runs:
-            score = {json.dumps(g["hparams"], sort_keys=True): g["val_score"] for g in run.get("grid") or []}
-            chosen = run.get("hparams", {})
+            grid = [g["hparams"] for g in run.get("grid") or []]
+            score = {json.dumps(h, sort_keys=True): g["val_score"] for h, g in zip(grid, run.get("grid") or [])}
+            recorded = {k for h in grid for k in h}
+            chosen = {k: v for k, v in run.get("hparams", {}).items() if k in recorded}
             for name, value in chosen.items():
-                values = sorted({h[name] for h in map(json.loads, score) if _is_number(h.get(name))})
+                values = sorted({h[name] for h in grid if _is_number(h.get(name))})
                 if not _is_number(value) or len(values) < GRID_EDGE_MIN_VALUES or values[0] < value < values[-1]:
+                    continue
+                if value == values[-1] and value >= ceilings.get(name, float("inf")):
                     continue
                 inward = values[1] if value == values[0] else values[-2]
                 mine = score.get(json.dumps(chosen, sort_keys=True))
                 theirs = score.get(json.dumps({**chosen, name: inward}, sort_keys=True))
-                if mine is None or theirs is None or mine - theirs <= GRID_EDGE_RISE:
+                if mine is None or theirs is None or mine - theirs <= GRID_EDGE_RISE + 1e-9:  # 1e-9: float noise
                     continue
                 key = (name, "lowest" if value == values[0] else "highest", value, values[0], values[-1])
                 hits.setdefault(key, []).append(100 * (mine - theirs))

@@ -53,8 +53,9 @@ class TrainConfig:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     device: str | None = None
     progress: bool = True
-    # CPU only: the heads of a stack are trained in consecutive groups whose logits [h, B, K] take at most this many
-    # MiB (whole methods where they fit; :func:`head_chunks`); 0 = one stack. On a GPU one wide product is best.
+    # CPU only: the heads of a stack are trained in consecutive groups whose per-batch activations (logits [h, B, K]
+    # and any adapter outputs, in the features' dtype; :func:`chunk_size`) take at most this many MiB (whole methods
+    # where they fit; :func:`head_chunks`); 0 = one stack. On a GPU one wide product is best.
     chunk_mib: float = 16.0
 
     def check(self) -> None:

@@ -142,7 +142,8 @@ def test_train_q_and_bench_share_seed_parts() -> None:
     assert _config_key(cfg, "abc") != _config_key(cfg, "abd")
     # the cosine scale grid is in a cosine head's key only (a linear head's numbers do not depend on it)
     wide = replace(cfg, train=replace(cfg.train, scales=(16.0, 512.0)))
-    assert _config_key(cfg, "abc") == _config_key(wide, "abc")
+    started = replace(cfg, train=replace(cfg.train, probe=ProbeConfig(scale=64.0, learn_scale=True)))
+    assert _config_key(cfg, "abc") == _config_key(wide, "abc") == _config_key(started, "abc")
     cos = replace(cfg, train=replace(cfg.train, probe=ProbeConfig(head="cosine")))
     cos_wide = replace(cos, train=replace(cos.train, scales=(16.0, 512.0)))
     assert len({_config_key(cfg, "abc"), _config_key(cos, "abc"), _config_key(cos_wide, "abc")}) == 3

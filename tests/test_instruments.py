@@ -388,6 +388,19 @@ def test_grid_edges_flag_an_end_only_where_the_val_score_still_rises() -> None:
     runs = {"ce": [_grid_run(0, {"scale": 32.0, "lr": 0.1}, three), _grid_run(1, {"scale": 32.0, "lr": 0.1}, flat)],
             "inside": [_grid_run(0, {"scale": 16.0, "lr": 0.1}, {**three, (16.0, 0.1): 0.9})],
             "low": [_grid_run(0, {"scale": 8.0, "lr": 0.1}, low)]}
+    # a reference probe's grid records k only (its fixed temperature sits in hparams beside it); an upper end at
+    # the number of training rows (the ceiling) cannot be widened
+    knn = {"grid": [{"hparams": {"k": k}, "val_score": v} for k, v in ((10, 0.80), (20, 0.75), (50, 0.70))],
+           "seed": 0, "hparams": {"k": 10, "temperature": 0.07, "weighting": "temperature"}}
+    top = {**knn, "grid": [{"hparams": {"k": k}, "val_score": v} for k, v in ((10, 0.6), (20, 0.7), (50, 0.8))],
+           "hparams": {"k": 50, "temperature": 0.07}}
+    assert grid_edges({"knn": [knn, top]}, {"k": 50}) == [
+        {"method": "knn", "param": "k", "end": "lowest", "value": 10, "grid_min": 10, "grid_max": 50, "runs": 1,
+         "of": 2, "rise": pytest.approx(5.0)}]
+    assert [r["runs"] for r in grid_edges({"knn": [top]}, {"k": 1000})] == [1]
+    # exactly 0.1 point (6 of 6000 val images) is not "more than 0.1"
+    exact = {(8.0, 0.1): 0.80, (16.0, 0.1): 5100 / 6000, (32.0, 0.1): 5106 / 6000}
+    assert grid_edges({"ce": [_grid_run(0, {"scale": 32.0, "lr": 0.1}, exact)]}) == []
     rows = grid_edges(runs)
     # lr has two values (no inside): never flagged; the interior choice neither
     assert rows == [

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The reference under the current protocol on full Fashion-MNIST × EfficientNet-Lite0 (60k/10k, real ImageNet
 # weights): CE with the linear head and CE + JTT with the cosine head whose scale is selected on val
-# ({8, 16, 32, 64} × lr × wd), 3 seeds + the null control (3 more CE seeds), groups ranked on val.
+# ({8, 16, …, 256} × lr × wd; {8, …, 64} before session 7), 3 seeds + the null control (3 more CE seeds), groups ranked on val.
 # Run from the repository root with mr2probe installed; resumable (finished seeds are kept in parts/).
 set -euo pipefail
 export OMP_NUM_THREADS=1
