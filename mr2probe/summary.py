@@ -342,8 +342,11 @@ def detectable_delta_hard(per_seed: dict[str, dict[str, np.ndarray]], draws: dic
     SE the standard error of the table's seed-mean ΔHard, from the first available of
 
     1. ``null control``: SE = SD_null / √S, SD_null the sample SD (ddof = 1) of the null control's S ≥ 2 per-seed
-       ΔHard (its spread is what ΔHard looks like without an effect, on this test set);
-    2. ``null control, bootstrap`` (one seed): SE = bootstrap SD of its seed-mean ΔHard (the CIs' draws);
+       ΔHard (its spread is what ΔHard looks like without an effect, on this test set) — but never below case 2:
+       a few seeds can agree by chance (ΔHard moves in steps of one test image; three seeds once gave SD 0), and
+       the MDE then claims a precision the test set does not have;
+    2. ``null control, bootstrap`` (one seed, or larger than case 1): SE = bootstrap SD of its seed-mean ΔHard
+       (the CIs' draws);
     3. ``reference`` (no null control, S ≥ 2 reference seeds): SE = √2 · SD_ref(Hard) / √S — case 1 with the
        null's per-seed ΔHard = Hard(null_s) − Hard(ref_s) of two independent seeds, each as variable as the
        reference's;
@@ -380,6 +383,10 @@ def detectable_delta_hard(per_seed: dict[str, dict[str, np.ndarray]], draws: dic
                                         "seed-mean Hard (one seed; ignores the pairing on the same test images, "
                                         "conservative)"}
     source = next(iter(alt))
+    if source == "null control" and alt.get("null control, bootstrap", 0.0) > alt[source]:
+        source = "null control, bootstrap"
+        describe[source] = (f"from the null control: {factor:.2f} × bootstrap SE of its seed-mean ΔHard, larger here "
+                            f"than its SD over {len(d)} seeds / √{len(d)}")
     return {"value": minimum_detectable(alt[source]), "se": alt[source], "factor": factor, "source": source,
             "describe": describe[source], "alternatives": {k: minimum_detectable(v) for k, v in alt.items()}}
 

@@ -211,11 +211,17 @@ def test_top_confusions_of_the_hard_classes(tmp_path: Path) -> None:
 
 def test_minimum_detectable_delta_hard_formula(tmp_path: Path) -> None:
     assert Z_ALPHA + Z_POWER == pytest.approx(MDE_FACTOR)
-    # 1. null control's per-seed ΔHard 1, 2, 3: SD 1 → SE 1/√3
+    # 1. null control's per-seed ΔHard 1, 2, 3: SD 1 → SE 1/√3 (its bootstrap draws 0, 0.2 points: SD 0.14, smaller)
     per_seed = {"ce": {"Hard": np.array([80.0, 82.0, 81.0])}, "ce (null)": {"ΔHard": np.array([1.0, 2.0, 3.0])}}
-    draws = {"ce": {"Hard": np.array([0.5, 0.6])}, "ce (null)": {"Hard": np.array([0.5, 0.7])}}
-    mde = detectable_delta_hard(per_seed, draws, "ce", "ce (null)")
+    tight = {"ce": {"Hard": np.array([0.5, 0.6])}, "ce (null)": {"Hard": np.array([0.5, 0.602])}}
+    mde = detectable_delta_hard(per_seed, tight, "ce", "ce (null)")
     assert mde["source"] == "null control" and mde["value"] == pytest.approx(MDE_FACTOR / math.sqrt(3))
+    # ... but never below the bootstrap: three seeds that agree exactly (SD 0) give the bootstrap's SE
+    draws = {"ce": {"Hard": np.array([0.5, 0.6])}, "ce (null)": {"Hard": np.array([0.5, 0.7])}}
+    agree = {**per_seed, "ce (null)": {"ΔHard": np.array([-0.17, -0.17, -0.17])}}
+    mde = detectable_delta_hard(agree, draws, "ce", "ce (null)")
+    assert mde["source"] == "null control, bootstrap" and mde["value"] == pytest.approx(MDE_FACTOR * math.sqrt(50))
+    assert "larger here than its SD over 3 seeds" in mde["describe"] and mde["alternatives"]["null control"] < 1e-9
     # 2. one null seed: the bootstrap SD of its seed-mean ΔHard, draws 0 and 10 points → SD √50
     one = {"ce": {"Hard": np.array([80.0])}, "ce (null)": {"ΔHard": np.array([1.0])}}
     mde = detectable_delta_hard(one, draws, "ce", "ce (null)")
@@ -233,9 +239,11 @@ def test_minimum_detectable_delta_hard_formula(tmp_path: Path) -> None:
     d = hand_run(tmp_path / "run")
     s = summarize(load_results(d), load_predictions(d))
     assert s.per_seed["ce (null)"]["ΔHard"].tolist() == pytest.approx([0.0, -2.5])
-    want = MDE_FACTOR * np.std([0.0, -2.5], ddof=1) / math.sqrt(2)
-    assert s.mde["value"] == pytest.approx(want)
-    assert f"Minimum detectable ΔHard (80% power, α = 0.05): {want:.2f} points (from the null control" in \
+    seeds = MDE_FACTOR * np.std([0.0, -2.5], ddof=1) / math.sqrt(2)
+    assert s.mde["alternatives"]["null control"] == pytest.approx(seeds)
+    boot = s.mde["alternatives"]["null control, bootstrap"]  # 20 images per class: the test set is the wider here
+    assert boot > seeds and s.mde["value"] == pytest.approx(boot) and s.mde["source"] == "null control, bootstrap"
+    assert f"Minimum detectable ΔHard (80% power, α = 0.05): {boot:.2f} points (from the null control" in \
         to_markdown(s)
 
 
@@ -286,7 +294,7 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
 
     js = json.loads((d / "summary.json").read_text())
     assert js["mean"]["overpredict"]["HardPrec"] == pytest.approx(100 / 3)
-    assert js["minimum_detectable_delta_hard"]["source"] == "null control"
+    assert js["minimum_detectable_delta_hard"]["source"] == "null control, bootstrap"  # wider than its 2 seeds
     assert js["hard_set_stability_seeds"]["value"] == 1.0
     ins = js["instruments"]
     assert ins["per_class"]["overpredict"]["rate_over_share"] == pytest.approx([0, 3, 0, 3, 0, 0])
