@@ -176,7 +176,8 @@ def grid_edge_line(s: Summary) -> str | None:
     line = (f"Chosen at an end of a val grid of ≥ 3 values, the val score still rising there (by > "
             f"{100 * GRID_EDGE_RISE:g} point over the next value inwards; a wider grid might do better; \"m k/n\": "
             f"in k of the method's n runs, else in all): {text}")
-    return line + (f". {reference_edge_warning(s)}" if reference_edge_warning(s) else "")
+    warning = reference_edge_warning(s)
+    return line + (f". {warning}" if warning else "")
 
 
 def reference_edge_warning(s: Summary) -> str | None:
