@@ -429,10 +429,12 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
     for method, runs in runs_by_method.items():
         hits: dict[tuple[Any, ...], list[float]] = {}
         for run in runs:
-            grid = [g["hparams"] for g in run.get("grid") or []]
-            score = {json.dumps(h, sort_keys=True): g["val_score"] for h, g in zip(grid, run.get("grid") or [])}
+            entries = run.get("grid") or []
+            grid = [g["hparams"] for g in entries]
+            score = {json.dumps(g["hparams"], sort_keys=True): g["val_score"] for g in entries}
             recorded = {k for h in grid for k in h}
             chosen = {k: v for k, v in run.get("hparams", {}).items() if k in recorded}
+            mine = score.get(json.dumps(chosen, sort_keys=True))
             for name, value in chosen.items():
                 values = sorted({h[name] for h in grid if _is_number(h.get(name))})
                 if not _is_number(value) or len(values) < GRID_EDGE_MIN_VALUES or values[0] < value < values[-1]:
@@ -440,7 +442,6 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
                 if value == values[-1] and value >= ceilings.get(name, float("inf")):
                     continue
                 inward = values[1] if value == values[0] else values[-2]
-                mine = score.get(json.dumps(chosen, sort_keys=True))
                 theirs = score.get(json.dumps({**chosen, name: inward}, sort_keys=True))
                 if mine is None or theirs is None or mine - theirs <= GRID_EDGE_RISE + 1e-9:  # 1e-9: float noise
                     continue
