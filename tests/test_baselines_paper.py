@@ -83,6 +83,22 @@ def test_ldam_cosine_scale_is_per_head() -> None:
     approx(m.loss(batch(h=2)), ref)
 
 
+def test_ldam_cosine_scale_head_takes_each_heads_grid_scale() -> None:
+    """s = "head": s·(cos θ − Δ_y e_y) with s = s_head (8 and 16 here), beside a head at the paper's fixed 30."""
+    probe = ProbeConfig(head="cosine", scale=16.0)
+    m = build("ldam", make_ctx(Y_IMB, probe=probe), {"scale": 8.0, "s": "head"}, {"s": "head"}, {"scale": 8.0})
+    delta = [0.25, 0.5 / math.sqrt(2), 0.5]
+    ref = [sum(ce([s_ldam * (v[k] / s - delta[y] * (k == y)) for k in range(3)], y) for v, y in zip(LOGITS, Y)) / 2
+           for s, s_ldam in ((8.0, 8.0), (16.0, 16.0), (8.0, 30.0))]
+    approx(m.loss(batch(h=3)), ref)
+    ldam = METHODS.get("ldam")
+    ldam.check_types({"s": "head"})
+    with pytest.raises(UserError, match="a finite number"):
+        ldam.check_types({"s": "tail"})
+    with pytest.raises(UserError, match='> 0 or "head"'):
+        ldam.check({**ldam.defaults, "s": -1.0})
+
+
 # ---- fair_dro: the exact χ²-ball maximiser on the simplex ------------------------------------------------------
 
 def test_chi2_simplex_weights_equal_the_closed_form_when_it_is_nonnegative() -> None:

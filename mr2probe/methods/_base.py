@@ -79,6 +79,7 @@ class Method:
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list]] = {}
     adapter_grid: ClassVar[dict[str, list]] = {}  # searched too when the adapter is trainable
+    words: ClassVar[dict[str, tuple[str, ...]]] = {}  # words a hyperparameter takes besides its default's type
     needs_adapter: ClassVar[bool] = False  # refuse to run without a trainable adapter
     detach_head_input: ClassVar[bool] = False  # the head's loss does not train the adapter (e.g. SupCon)
 
@@ -92,9 +93,12 @@ class Method:
     @classmethod
     def check_types(cls, hparams: dict[str, Any]) -> None:
         """Every hyperparameter has the type of its default: true/false, an integer, a finite number or a string
-        (so that ``--set jtt.stage1_epochs=1e30`` or ``--set focal.gamma=NaN`` is refused before training)."""
+        (so that ``--set jtt.stage1_epochs=1e30`` or ``--set focal.gamma=NaN`` is refused before training), or
+        one of the words ``cls.words`` allows for it (e.g. LDAM's s = "head")."""
         for key, default in cls.defaults.items():
             v = hparams.get(key, default)
+            if v in cls.words.get(key, ()):
+                continue
             number = isinstance(v, (int, float)) and not isinstance(v, bool)
             if isinstance(default, bool):
                 ok, want = isinstance(v, bool), "true or false"

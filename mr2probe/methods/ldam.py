@@ -22,9 +22,8 @@ def drw_start_epoch(epochs: int, frac: float) -> int:
     return int(math.floor(frac * epochs + 1e-9))
 
 
-@METHODS.register("ldam", help="LDAM-DRW: CE(s·(ẑ − Δ_y e_y)), Δ_k ∝ n_k^(−1/4), class-balanced weights (β=0.9999) "
-                  "from 80% of the epochs on (Cao et al., NeurIPS 2019); linear head: raw z, s_linear=1; lr not "
-                  "annealed at the switch")
+@METHODS.register("ldam", help="LDAM-DRW: CE(s·(ẑ − Δ_y e_y)), Δ_k ∝ n_k^(−1/4), class-balanced weights from 80% of the "
+                  "epochs on (Cao et al., NeurIPS 2019); cosine: s=30 or head; linear: raw z, s_linear=1")
 class LDAM(Method):
     """ℓ = w_y · CE(s · (ẑ − Δ_y e_y), y),  Δ_k = max_m · n_k^(−1/4) / max_j n_j^(−1/4)   (batch mean over B).
 
@@ -43,24 +42,27 @@ class LDAM(Method):
     How it combines with the probe heads [choice]:
     - ``cosine`` head: its logits are s_head · cos θ_k with s_head the head's cosine scale (``--scale``, per
       head). LDAM uses the normalised logits ẑ = z / s_head = cos θ and its own scale ``s`` (default 30), i.e.
-      s·(cos θ − Δ_y e_y): exactly the paper's normalised-classifier form. With ``--learn-scale`` the head's
-      learned factor s_learned / s_head multiplies cos θ inside the bracket (LDAM's effective scale is then
-      learned, starting at ``s``).
+      s·(cos θ − Δ_y e_y): exactly the paper's normalised-classifier form. ``s`` = "head" takes s = s_head,
+      so LDAM's scale is chosen on val from the head's scale grid like every other method's (a tuned LDAM;
+      the paper fixes 30). With ``--learn-scale`` the head's learned factor s_learned / s_head multiplies
+      cos θ inside the bracket (LDAM's effective scale is then learned, starting at ``s``).
     - ``linear`` head: unnormalised logits have no fixed scale, so ``s`` is not applied; ẑ = z and the scale is
       ``s_linear`` (default 1): CE(z − Δ_y e_y), a margin of max_m logit units for the rarest class: the loss as
       the paper writes it on raw logits (its experiments normalise features and weights and scale by s), so the
       margins are weak here and DRW does most of the work.
 
-    Hyperparameters: ``max_m`` (0.5), ``s`` (30, cosine heads), ``s_linear`` (1, linear heads), ``drw`` (true),
-    ``drw_frac`` (0.8), ``drw_beta`` β (0.9999)."""
+    Hyperparameters: ``max_m`` (0.5), ``s`` (30 or "head", cosine heads), ``s_linear`` (1, linear heads), ``drw``
+    (true), ``drw_frac`` (0.8), ``drw_beta`` β (0.9999)."""
 
     defaults: dict[str, Any] = {"max_m": 0.5, "s": 30.0, "s_linear": 1.0, "drw": True, "drw_frac": 0.8,
                                 "drw_beta": 0.9999}
     grid: dict[str, list] = {}
+    words = {"s": ("head",)}
 
     @classmethod
     def check(cls, hp: dict[str, Any]) -> None:
-        rules = {"max_m": (hp["max_m"] >= 0, "≥ 0"), "s": (hp["s"] > 0, "> 0"),
+        rules = {"max_m": (hp["max_m"] >= 0, "≥ 0"),
+                 "s": (hp["s"] == "head" or hp["s"] > 0, '> 0 or "head"'),
                  "s_linear": (hp["s_linear"] > 0, "> 0"), "drw_frac": (0 <= hp["drw_frac"] <= 1, "in [0, 1]"),
                  "drw_beta": (0 <= hp["drw_beta"] < 1, "in [0, 1)")}
         for key, (ok, need) in rules.items():
@@ -72,7 +74,9 @@ class LDAM(Method):
         if self.ctx.probe.head == "cosine":  # ẑ = z / s_head, s_head the head's cosine scale (per head)
             s_head = self.head_scales()
             self.pre = 1.0 / torch.tensor(s_head, dtype=self.delta.dtype, device=self.delta.device)[:, None, None]
-            self.scale = self.hp("s")
+            # s = "head": LDAM's scale is the head's own, chosen on val from the scale grid like every method's
+            own = [sh if hp["s"] == "head" else float(hp["s"]) for sh, hp in zip(s_head, self.hparams)]
+            self.scale = torch.tensor(own, dtype=self.delta.dtype, device=self.delta.device)
         else:
             self.pre, self.scale = 1.0, self.hp("s_linear")
         self.cb = effective_number_weights(self.ctx.counts, self.hp("drw_beta"))  # [h, K]
