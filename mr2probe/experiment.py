@@ -262,6 +262,23 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# results.json fields that describe how a run was made or shown, not its numbers
+_AS_MADE = ("provenance", "notes", "config", "mr2probe_version")
+
+
+def _finished(out: Path, results: dict[str, Any]) -> dict[str, Any] | None:
+    """The folder's results.json when it already holds ``results`` (fields of ``_AS_MADE`` aside) and its
+    predictions are there: re-running a finished command then rewrites nothing, so the first run's provenance
+    (its wall time, command) is kept. The parts key already fixes every setting that changes the numbers."""
+    try:
+        old = json.loads((out / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    new = json.loads(json.dumps(results, default=str))
+    same = {k: v for k, v in old.items() if k not in _AS_MADE} == {k: v for k, v in new.items() if k not in _AS_MADE}
+    return old if same and (out / "predictions.npz").exists() else None
+
+
 def cpu_name() -> str:
     """The CPU model (Linux: /proc/cpuinfo; ``platform.processor()`` is often empty there)."""
     try:
@@ -533,6 +550,10 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         "notes": notes,
         "runs": runs,
     }
+    if not todo and (kept := _finished(out, results)) is not None:
+        console.print("[dim]every seed stack was already trained and the run folder holds these results: kept as it "
+                      "is[/dim]")
+        return kept
     atomic_npz(out / "predictions.npz", {"test_labels": test[1].cpu().numpy(), **preds})
     meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(cfg.train.probe)), "in_dim": str(fs.dim),
             "num_classes": str(fs.num_classes), "class_names": json.dumps(fs.class_names)}

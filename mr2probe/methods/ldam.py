@@ -22,8 +22,8 @@ def drw_start_epoch(epochs: int, frac: float) -> int:
     return int(math.floor(frac * epochs + 1e-9))
 
 
-@METHODS.register("ldam", help="LDAM-DRW: CE(s·(ẑ − Δ_y e_y)), Δ_k ∝ n_k^(−1/4), class-balanced weights from 80% of the "
-                  "epochs on (Cao et al., NeurIPS 2019); cosine: s=30 or head; linear: raw z, s_linear=1")
+@METHODS.register("ldam", help="LDAM-DRW: CE(s·(ẑ − Δ_y e_y)), Δ_k ∝ n_k^(−1/4), class-balanced weights from 80% of "
+                  "the epochs on (Cao et al., NeurIPS 2019); cosine: s=30 or head; linear: raw z, s_linear=1")
 class LDAM(Method):
     """ℓ = w_y · CE(s · (ẑ − Δ_y e_y), y),  Δ_k = max_m · n_k^(−1/4) / max_j n_j^(−1/4)   (batch mean over B).
 
