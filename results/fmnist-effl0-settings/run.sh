@@ -33,10 +33,14 @@ for cell in longtail100 longtail10 shots20 shots5; do
   mr2probe report $R/linear-$cell $R/cosine-$cell --summary $R/cosine-vs-linear-$cell.md > /dev/null
 done
 # LDAM on the cosine head at the head's own scale (--set ldam.s=head: s chosen on val from the scale grid like
-# every method's) instead of the paper's fixed s = 30, beside CE, on the long-tailed cells (where LDAM's margins
-# differ by class); each reported on its own (its Δ is LDAM − CE within the run).
-for cell in longtail100 longtail10; do
-  mr2probe train --features $F --methods ce,ldam --head cosine --seeds 3 --train-profile longtail:${cell#longtail} \
-    --set ldam.s=head --out $R/cosine-$cell-ldam-headscale -q
+# every method's) instead of the paper's fixed s = 30, beside CE, on every cosine cell; each reported on its own
+# (its Δ is LDAM − CE within the run).
+for cell in longtail100 longtail10 shots20 shots5; do
+  case $cell in
+    longtail*) P="--seeds 3 --train-profile longtail:${cell#longtail}" ;;
+    shots*) P="--seeds 1 --train-profile shots:${cell#shots} --episodes 5" ;;
+  esac
+  mr2probe train --features $F --methods ce,ldam --head cosine $P --set ldam.s=head \
+    --out $R/cosine-$cell-ldam-headscale -q
   mr2probe report $R/cosine-$cell-ldam-headscale --html > /dev/null
 done
