@@ -267,16 +267,19 @@ _AS_MADE = ("provenance", "notes", "config", "mr2probe_version")
 
 
 def _finished(out: Path, results: dict[str, Any]) -> dict[str, Any] | None:
-    """The folder's results.json when it already holds ``results`` (fields of ``_AS_MADE`` aside) and its
-    predictions are there: re-running a finished command then rewrites nothing, so the first run's provenance
-    (its wall time, command) is kept. The parts key already fixes every setting that changes the numbers."""
+    """The folder's results.json when it already holds ``results`` (fields of ``_AS_MADE`` aside), from features
+    of the same content, and its predictions are there: re-running a finished command then rewrites nothing, so
+    the first run's provenance (its wall time, command) is kept. The parts key fixes every setting that changes
+    the numbers."""
     try:
         old = json.loads((out / "results.json").read_text())
     except (OSError, ValueError):
         return None
     new = json.loads(json.dumps(results, default=str))
     same = {k: v for k, v in old.items() if k not in _AS_MADE} == {k: v for k, v in new.items() if k not in _AS_MADE}
-    return old if same and (out / "predictions.npz").exists() else None
+    # equal numbers from other features (another content hash) are another run: its provenance must say so
+    content = [r.get("provenance", {}).get("features_content_sha256") for r in (old, new)]
+    return old if same and content[0] == content[1] and (out / "predictions.npz").exists() else None
 
 
 def cpu_name() -> str:
