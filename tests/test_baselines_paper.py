@@ -93,7 +93,7 @@ def test_ldam_cosine_scale_head_takes_each_heads_grid_scale() -> None:
     approx(m.loss(batch(h=3)), ref)
     ldam = METHODS.get("ldam")
     ldam.check_types({"s": "head"})
-    with pytest.raises(UserError, match="a finite number"):
+    with pytest.raises(UserError, match='a finite number or "head"'):
         ldam.check_types({"s": "tail"})
     with pytest.raises(UserError, match='> 0 or "head"'):
         ldam.check({**ldam.defaults, "s": -1.0})

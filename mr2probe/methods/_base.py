@@ -111,7 +111,8 @@ class Method:
             else:
                 continue
             if not ok:
-                raise UserError(f"{key} must be {want}, got {v!r}")
+                words = " or ".join(f'"{w}"' for w in cls.words.get(key, ()))
+                raise UserError(f"{key} must be {want}{' or ' + words if words else ''}, got {v!r}")
 
     def head_scales(self) -> list[float]:
         """Each head's cosine scale s (the grid point its run was given, else the probe's fixed scale)."""
