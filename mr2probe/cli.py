@@ -215,11 +215,23 @@ def train(
     cfg = config_from_settings(features, out, names, list(range(seeds)), head, adapter, settings,
                                _method_params(set_), train_profile, progress=not quiet)
     init_distributed()
+    before = _mtime(out / "results.json")
     run_experiment(cfg)
     if rank_world()[0] != 0:
         return  # under torchrun rank 0 writes and reports the run folder
     typer.echo(terminal_table(report_run(out, groups_on).summary))
-    typer.echo(f"wrote {out}/results.json, table.md (every column), table.csv, table.tex, summary.json")
+    # a finished folder that already held these results is kept as it is; only its tables are rendered again
+    kept = before is not None and before == _mtime(out / "results.json")
+    typer.echo(f"{'kept' if kept else 'wrote'} {out}/results.json; wrote table.md (every column), table.csv, "
+               "table.tex, summary.json")
+
+
+def _mtime(path: Path) -> int | None:
+    """``path``'s modification time in ns, or None when there is no such file."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def default_features() -> Path:
