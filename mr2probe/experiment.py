@@ -282,6 +282,46 @@ def _finished(out: Path, results: dict[str, Any]) -> dict[str, Any] | None:
     return old if same and content[0] == content[1] and (out / "predictions.npz").exists() else None
 
 
+def _config_record(cfg: ExperimentConfig) -> dict[str, Any]:
+    """results.json's ``config``: the run's settings as given."""
+    return {"methods": cfg.methods, "seeds": cfg.seeds, "null": cfg.null, "select": cfg.select,
+            "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train),
+            "max_memory": cfg.max_memory}
+
+
+def _run_identity(config: dict[str, Any], profile: dict[str, Any], reference: str, content_hash: str | None,
+                  stream: dict[str, Any] | None) -> str:
+    """What fixes a run's numbers, as a string: every setting its part keys hold (the training settings without
+    progress bars and chunking, and without the cosine scale on a linear head), the seeds, the null control and
+    its reference, the profile, the features' content and the streamed order. Built alike from a results.json
+    and from the command being run."""
+    config = json.loads(json.dumps(config, default=str))  # tuples as lists, as results.json holds them
+    train = {k: v for k, v in config["train"].items() if k not in ("progress", "chunk_mib")}
+    if train["probe"]["head"] != "cosine":
+        train = {**train, "scales": None, "probe": {**train["probe"], "scale": None, "learn_scale": None}}
+    ident = {"train": train, "reference": reference, "features": content_hash, "stream": stream,
+             "profile": {k: v for k, v in profile.items() if k != "describe"},
+             **{k: config[k] for k in ("methods", "seeds", "null", "select", "val_fraction", "val_seed")}}
+    return json.dumps(ident, sort_keys=True, default=str)
+
+
+def _finished_before(out: Path, identity: str) -> dict[str, Any] | None:
+    """The folder's results.json when it was made by a run of the same identity (``_run_identity``) and its
+    predictions and heads are there: the run is finished even when its parts/ are gone (parts are not kept in
+    git, so a fresh clone of a committed run has none), and it is kept as it is instead of trained again."""
+    try:
+        old = json.loads((out / "results.json").read_text())
+        prov = old["provenance"]
+        stream = ({"block_rows": prov["stream_block_rows"], "piece_rows": prov["stream_piece_rows"]}
+                  if prov.get("stream_block_rows") is not None else None)
+        made_by = _run_identity(old["config"], old["profile"], old["reference"], prov.get("features_content_sha256"),
+                                stream)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    files = all((out / f).exists() for f in ("predictions.npz", "heads.safetensors"))
+    return old if made_by == identity and files else None
+
+
 def cpu_name() -> str:
     """The CPU model (Linux: /proc/cpuinfo; ``platform.processor()`` is often empty there)."""
     try:
@@ -463,6 +503,12 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
 
     barrier()  # under torchrun every rank lists the finished parts before any rank writes one
     todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
+    profile = {**cfg.profile.as_dict(), "describe": cfg.profile.describe()}
+    identity = _run_identity(_config_record(cfg), profile, reference, content_hash, stream)
+    if todo and (done := _finished_before(out, identity)) is not None:  # every rank reads the same files
+        log("this run is finished: the folder's results.json was made by the same settings from features of the "
+            "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
+        return done
     rank, world = rank_world()
     mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
     probe_cache: dict[Any, Any] = {}
@@ -529,13 +575,11 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
                    "min_steps": cfg.train.min_steps, "batch_size": cfg.train.batch_size,
                    "rule": "max(epochs · ⌈N_train / batch⌉, min_steps) optimiser steps, whole epochs, the same for "
                            "every method"},
-        "profile": {**cfg.profile.as_dict(), "describe": cfg.profile.describe()},
+        "profile": profile,
         "train_class_counts": episodes[0]["train_class_counts"],
         "episodes": [{k: v for k, v in ep.items() if k != "rows"} for ep in episodes.values()],
         "head": cfg.train.probe.head, "adapter": cfg.train.probe.adapter,
-        "config": {"methods": cfg.methods, "seeds": cfg.seeds, "null": cfg.null, "select": cfg.select,
-                   "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train),
-                   "max_memory": cfg.max_memory},
+        "config": _config_record(cfg),
         "provenance": {
             "features": str(cfg.features), "features_sha256": features_hash,
             "features_content_sha256": content_hash, "encoder": fs.encoder,

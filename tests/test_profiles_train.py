@@ -72,6 +72,34 @@ def test_shots_with_episodes_are_replicates_like_seeds(tmp_path: Path, feats: Pa
     assert f"wrote {out}/results.json; wrote table.md" in " ".join(r.stdout.split())  # the first run wrote it
 
 
+def test_a_finished_run_without_its_parts_is_kept_not_retrained(tmp_path: Path, feats: Path) -> None:
+    """parts/ is not committed: a fresh clone of a finished run folder has results.json, predictions and heads
+    only. The same command then keeps the folder byte for byte; other settings or other features train."""
+    out = tmp_path / "done"
+    args = ["train", "--features", str(feats), "--out", str(out), "--seeds", "2", "--train-profile", "shots:5",
+            "--episodes", "2", *FAST]
+    assert run_cli(*args).returncode == 0
+    before = (out / "results.json").read_bytes()
+    for part in (out / "parts").iterdir():
+        part.unlink()
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert "this run is finished" in " ".join(again.stderr.split())
+    assert (out / "results.json").read_bytes() == before and not any((out / "parts").iterdir())  # nothing trained
+    assert "kept" in again.stdout and (out / "table.md").exists()
+    # the same settings on features of other content: trained, and the folder rewritten
+    moved = write_by_hand(tmp_path / "g.h5", k=4, n_train=400, n_test=80, val=True, seed=1)
+    other = run_cli(*[str(moved) if a == str(feats) else a for a in args])
+    assert other.returncode == 0 and "this run is finished" not in " ".join(other.stderr.split())
+    assert any((out / "parts").iterdir()) and (out / "results.json").read_bytes() != before
+    # another setting (the lr grid) is another run: trained too
+    for part in (out / "parts").iterdir():
+        part.unlink()
+    third = run_cli(*[str(moved) if a == str(feats) else "1e-3" if a == "1e-2" else a for a in args])
+    assert third.returncode == 0 and "this run is finished" not in " ".join(third.stderr.split())
+    assert any((out / "parts").iterdir())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--train-profile", "longtail:0.5"], "RHO ≥ 1"),
     (["--train-profile", "shots:500"], "class 0 ('c0') has only 100"),

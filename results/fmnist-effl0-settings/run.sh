@@ -12,7 +12,8 @@ DATASET=${DATASET:-fashion-mnist}
 ENCODER=${ENCODER:-efficientnet-lite0}
 F=${F:-features/fmnist-effl0.h5}
 R=${R:-results/fmnist-effl0-settings}
-[ -f $F ] || mr2probe extract --recipe extract/$ENCODER.toml --dataset $DATASET --out $F  # resumes a .partial
+# resumes a .partial; EXTRACT_ARGS adds extraction flags (e.g. --per-class 500 for a stratified subset)
+[ -f $F ] || mr2probe extract --recipe extract/$ENCODER.toml --dataset $DATASET ${EXTRACT_ARGS:-} --out $F
 M="all,logreg,knn"
 mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile longtail:100 --out $R/linear-longtail100 -q
 mr2probe train --features $F --methods $M --head linear --seeds 3 --train-profile shots:5 --episodes 5 --out $R/linear-shots5 -q
