@@ -10,6 +10,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 F=features/fmnist-effl0.h5
 [ -f $F ] || mr2probe extract --encoder efficientnet-lite0 --dataset fashion-mnist --out $F
 R=results/fmnist-effl0-adapter
+# A cell whose folder holds results.json is finished and is not trained again (as in
+# results/fmnist-effl0-settings/run.sh: parts/ are not in git; delete a cell's results.json to retrain it).
+run_cell() {  # run_cell OUT TRAIN-ARGS...
+  local out=$1; shift
+  if [ -f "$out/results.json" ]; then echo "finished: $out"; else mr2probe train "$@" --out "$out" > /dev/null; fi
+}
 dirs=()
 for cell in shots20 full; do
   case $cell in
@@ -18,10 +24,9 @@ for cell in shots20 full; do
   esac
   common=(--features $F --head linear --width 128 --seeds 1 "${P[@]}" -q)
   for adapter in linear mlp; do
-    mr2probe train "${common[@]}" --adapter $adapter --methods ce,mr2,mr2_no_rep,supcon --set mr2.c_bar=1 \
-      --out $R/$cell-$adapter > /dev/null
-    mr2probe train "${common[@]}" --adapter $adapter --methods ce,mr2 --set mr2.c_bar=1 \
-      --set mr2.rep_scale=reference --out $R/$cell-$adapter-refscale > /dev/null
+    run_cell $R/$cell-$adapter "${common[@]}" --adapter $adapter --methods ce,mr2,mr2_no_rep,supcon --set mr2.c_bar=1
+    run_cell $R/$cell-$adapter-refscale "${common[@]}" --adapter $adapter --methods ce,mr2 --set mr2.c_bar=1 \
+      --set mr2.rep_scale=reference
     dirs+=("$R/$cell-$adapter" "$R/$cell-$adapter-refscale")
     echo "done $cell $adapter"
   done

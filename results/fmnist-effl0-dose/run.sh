@@ -12,8 +12,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 F=features/fmnist-effl0.h5
 [ -f $F ] || mr2probe extract --encoder efficientnet-lite0 --dataset fashion-mnist --out $F
 R=results/fmnist-effl0-dose
+# A folder that holds results.json is finished and is not trained again (as in results/fmnist-effl0-settings/run.sh:
+# parts/ are not in git; delete a folder's results.json to retrain it).
 run() {  # run FOLDER PROFILE EPISODES HEAD [--set ...]
   local out=$1 profile=$2 episodes=$3 head=$4; shift 4
+  [ -f "$R/$out/results.json" ] && { echo "finished: $R/$out"; return; }
   mr2probe train --features $F --methods mr2,mr2_uniform --reference mr2_uniform --no-null --head "$head" \
     --seeds 3 --train-profile "$profile" --episodes "$episodes" --out "$R/$out" -q "$@" > /dev/null
   echo "done $out"
