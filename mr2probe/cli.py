@@ -364,10 +364,14 @@ def predict(
     device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
 ) -> None:
     """Apply the head selected on val of every (method, seed) of a run to a feature file's split."""
-    from .predict import predict_run, write_predictions
+    from .predict import agreement_with_run, predict_run, write_predictions
 
     df = predict_run(run_dir, features, split, device)
     typer.echo(f"wrote {write_predictions(df, out)}: {len(df)} rows × {len(df.columns) - 2} heads")
+    if split == "test" and (agree := agreement_with_run(run_dir, df)) is not None:
+        typer.echo(f"against the run's own test predictions: {int((agree == 1).sum())} of {len(agree)} heads "
+                   f"identical; least agreement {agree.min():.2%} ({agree.idxmin()}), "
+                   f"{int(round((1 - agree.min()) * len(df)))} of {len(df)} images")
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import torch
 
 from .atomic import atomic_text
 from .errors import UserError
-from .experiment import HEADS_FORMAT, atomic_npz, load_heads, predict_labels
+from .experiment import HEADS_FORMAT, atomic_npz, load_heads, load_npz, predict_labels
 from .featurestore import read_features
 from .heads import ProbeConfig, ProbeStack
 from .trainer import pick_device
@@ -64,6 +64,22 @@ def predict_run(run_dir: str | Path, features: str | Path, split: str = "test", 
     cols = {key: predict_labels(ProbeStack.from_state(cfg, fs.dim, fs.num_classes, state).to(dev), x)[0].cpu().numpy()
             for key, state in heads.items()}
     return pd.DataFrame({"index": sp.index, "label": sp.labels, **cols})
+
+
+def agreement_with_run(run_dir: str | Path, df: pd.DataFrame) -> pd.Series | None:
+    """Per "method/seed", the fraction of test images on which ``df`` (from :func:`predict_run` on a test split)
+    predicts what the run itself predicted (its predictions.npz): 1.0 for every head on the run's own features,
+    and the check that re-extracted features (another CPU, another library version) reproduce the run. None when
+    the run has no predictions or ``df`` holds another test set (other labels)."""
+    path = Path(run_dir) / "predictions.npz"
+    if not path.is_file():
+        return None
+    saved = load_npz(path)
+    labels = saved.pop("test_labels", None)
+    if labels is None or len(labels) != len(df) or not np.array_equal(labels, df["label"].to_numpy()):
+        return None
+    keys = [k for k in saved if k in df.columns]
+    return pd.Series({k: float((df[k].to_numpy() == saved[k]).mean()) for k in keys}) if keys else None
 
 
 def write_predictions(df: pd.DataFrame, out: str | Path) -> Path:

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import h5py
 
 import numpy as np
 import pandas as pd
@@ -26,6 +29,21 @@ def test_predict_reproduces_the_runs_test_predictions(tmp_path: Path) -> None:
     for key in heads:
         np.testing.assert_array_equal(df[key].to_numpy(), saved[key])
     np.testing.assert_array_equal(df["label"].to_numpy(), saved["test_labels"])
+    n = len(heads)
+    assert f"against the run's own test predictions: {n} of {n} heads identical" in " ".join(r.stdout.split())
+    # features that differ (here by noise as large as the features' spread) do not reproduce the run: it says so
+    moved = tmp_path / "moved.h5"
+    shutil.copy(BUNDLED, moved)
+    with h5py.File(moved, "r+") as f:
+        x = f["test/features"]
+        v = x[...].astype(np.float32)
+        x[...] = (v + np.random.default_rng(0).normal(0, float(v.std()), v.shape)).astype(x.dtype)
+    r = run_cli("predict", str(out), "--features", str(moved), "--out", str(tmp_path / "m.csv"))
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    moved_df = pd.read_csv(tmp_path / "m.csv")
+    worst = min((moved_df[k].to_numpy() == saved[k]).mean() for k in heads)
+    assert worst < 0.9 and f"least agreement {worst:.2%}" in said and f"of {n} heads identical" in said
     npz = tmp_path / "p.npz"
     assert run_cli("predict", str(out), "-f", str(BUNDLED), "--split", "train", "-o", str(npz)).returncode == 0
     with np.load(npz) as z:
