@@ -5,7 +5,7 @@
 # null control, groups on val. Val and test are the full balanced splits. Run from the repository root;
 # resumable (finished seeds are kept in each run folder's parts/). Cells are run in this order and each is
 # reported as soon as it is done. Another dataset or encoder: set DATASET, ENCODER, F and R (as
-# results/mnist-effl0-settings/run.sh does).
+# results/mnist-effl0-settings/run.sh does); HEADS=linear runs the linear cells only.
 set -euo pipefail
 export OMP_NUM_THREADS=1
 DATASET=${DATASET:-fashion-mnist}
@@ -28,6 +28,8 @@ run_cell $R/linear-shots5 --features $F --methods $M --head linear --seeds 3 --t
 run_cell $R/linear-longtail10 --features $F --methods $M --head linear --seeds 3 --train-profile longtail:10
 run_cell $R/linear-shots20 --features $F --methods $M --head linear --seeds 3 --train-profile shots:20 --episodes 5
 mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 --html > /dev/null
+# HEADS=linear stops here (the cosine cells below take several times as long)
+[[ " ${HEADS:-linear cosine} " == *" cosine "* ]] || exit 0
 # The cosine head (scale grid on val), every method without an adapter (logreg and knn do not depend on the head:
 # their rows are the linear cells'), in this order; each cell beside its linear one in cosine-vs-linear-CELL.*.
 # The few-shot cosine cells run 1 seed × 5 episodes (5 replicates, not 15): the six-point scale grid makes a
