@@ -222,8 +222,9 @@ def train(
     typer.echo(terminal_table(report_run(out, groups_on).summary))
     # a finished folder that already held these results is kept as it is; only its tables are rendered again
     kept = before is not None and before == _mtime(out / "results.json")
-    typer.echo(f"{'kept' if kept else 'wrote'} {out}/results.json; wrote table.md (every column), table.csv, "
-               "table.tex, summary.json")
+    tables = "table.md (every column), table.csv, table.tex, summary.json"
+    typer.echo(f"kept {out}/results.json (it already held these results); rendered {tables}" if kept
+               else f"wrote {out}/results.json, {tables}")
 
 
 def _mtime(path: Path) -> int | None:
