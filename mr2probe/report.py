@@ -148,6 +148,8 @@ def footnotes(s: Summary) -> list[str]:
         lines.append(f"Hard-set stability across seeds ({s.reference}): not available ({why})")
     edges = grid_edge_line(s)
     lines += [edges] if edges else []
+    check = reference_check_line(s)
+    lines += [check] if check else []
     cols = s.instrument_columns()
     if cols:
         lines.append("HardPrec: mean precision of the hard classes (%); HardRate: mean over the hard classes of "
@@ -188,6 +190,21 @@ def reference_edge_warning(s: Summary) -> str | None:
     what = ", ".join(f"{r['param']} = {r['value']:g} (the {r['end']} of its grid, +{r['rise']:.2f} points of val "
                      f"accuracy over the next value) in {r['runs']}/{r['of']} runs" for r in ref)
     return f"The reference {s.reference} chose {what}: it may be under-fit; widen that grid"
+
+
+def reference_check_line(s: Summary) -> str | None:
+    """The reference's overall accuracy against the exact logistic regression
+    (:func:`~mr2probe.summary.reference_probe_check`), a warning when it is further below than the protocol allows;
+    None when the run has no logreg row."""
+    c = s.reference_check
+    if c is None:
+        return None
+    if c["under_fit"]:
+        return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} points "
+                f"above {s.reference} on All, more than the protocol's {c['tolerance']:g}: the reference may be "
+                "under-fit on these features (a larger step budget or grid)")
+    return (f"Reference check: {s.reference} is within {c['tolerance']:g} point of {c['probe']} (exact L2 logistic "
+            f"regression, C on val) on All ({c['probe']} {c['gap']:+.2f})")
 
 
 def mde_line(s: Summary) -> str:
@@ -259,7 +276,8 @@ def terminal_table(s: Summary, width: int = 200) -> str:
 
     cols = [c for c in COMPACT_COLUMNS if c in table_columns(s)]
     text, bold = shown(s, cols)
-    caption = "\n".join(x for x in (mde_line(s), reference_edge_warning(s)) if x)
+    under_fit = reference_check_line(s) if (s.reference_check or {}).get("under_fit") else None
+    caption = "\n".join(x for x in (mde_line(s), reference_edge_warning(s), under_fit) if x)
     table = Table(title=s.title, caption=caption, title_justify="left", caption_justify="left")
     table.add_column("method", no_wrap=True)
     for c in cols:

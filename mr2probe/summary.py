@@ -83,6 +83,7 @@ class Summary:
     mde: dict[str, Any] | None = None  # minimum detectable ΔHard: value (points), se, source
     seed_stability: dict[str, Any] = field(default_factory=dict)  # Jaccard of the reference's per-seed hard sets
     grid_edges: list[dict[str, Any]] = field(default_factory=list)  # choices at an end of their val grid
+    reference_check: dict[str, Any] | None = None  # the reference's All against logreg's (reference_probe_check)
 
     def instrument_columns(self) -> list[str]:
         """The instrument columns this table has: HardPrec, HardRate where some method has test predictions,
@@ -124,7 +125,7 @@ class Summary:
                       "seeds and methods, each draw averaging the per-seed statistic",
                 "mean": self.mean, "std": self.std, "ci_values": self.ci, "seeds": self.seeds,
                 "minimum_detectable_delta_hard": self.mde, "hard_set_stability_seeds": self.seed_stability,
-                "grid_edges": self.grid_edges,
+                "grid_edges": self.grid_edges, "reference_check": self.reference_check,
                 "instruments": self.instruments_dict()}
 
     def numeric_columns(self) -> list[str]:
@@ -284,7 +285,8 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    significance=ins.significance,
                    mde=detectable_delta_hard(per_seed, draws, reference, null_method),
                    seed_stability=seed_stability(ref_runs, list(results["class_names"])),
-                   grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}))
+                   grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}),
+                   reference_check=reference_probe_check(mean, reference))
 
 
 class _Instruments:
@@ -451,6 +453,21 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
                   "runs": len(rise), "of": len(runs), "rise": float(np.mean(rise))}
                  for (name, end, value, lo, hi), rise in sorted(hits.items())]
     return rows
+
+
+EXACT_PROBE = "logreg"  # exact multinomial L2 logistic regression (L-BFGS, C on val): what a linear probe can reach
+EXACT_PROBE_TOLERANCE = 0.5  # [choice] points of All; protocol.md: a CE probe reaches LogisticRegression within 0.5
+
+
+def reference_probe_check(mean: dict[str, dict[str, float]], reference: str) -> dict[str, Any] | None:
+    """The reference against the exact logistic regression on the same features: gap = All(logreg) − All(reference)
+    (seed means, points) and ``under_fit`` = gap > :data:`EXACT_PROBE_TOLERANCE` (a budget or grid too small for
+    these features). None without a ``logreg`` row, or when logreg is the reference."""
+    if EXACT_PROBE not in mean or reference not in mean or reference == EXACT_PROBE:
+        return None
+    gap = mean[EXACT_PROBE]["All"] - mean[reference]["All"]
+    return {"probe": EXACT_PROBE, "gap": gap, "tolerance": EXACT_PROBE_TOLERANCE,
+            "under_fit": bool(gap > EXACT_PROBE_TOLERANCE)}
 
 
 def _is_number(v: Any) -> bool:

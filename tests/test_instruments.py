@@ -418,6 +418,30 @@ def test_grid_edges_flag_an_end_only_where_the_val_score_still_rises() -> None:
          "runs": 1, "of": 1, "rise": pytest.approx(10.0)}]
 
 
+def test_the_reference_is_checked_against_logreg_under_every_table(tmp_path: Path) -> None:
+    """protocol.md: a CE probe reaches the exact logistic regression within 0.5 pt. ce's All is 92/120 = 76.67 %;
+    logreg 2 more images right (78.33 %, +1.67: flagged) or 1 fewer (75.83 %, −0.83: within)."""
+    from mr2probe.report import reference_check_line, terminal_table
+
+    better = write_run(tmp_path / "better", {"ce": [predict(REF)] * 2,
+                                             "logreg": [predict([0.9, 0.6, 0.9, 0.5, 0.9, 0.9])] * 2})
+    rep = report_run(better)
+    assert rep.summary.reference_check == {"probe": "logreg", "gap": pytest.approx(100 * 2 / 120),
+                                           "tolerance": 0.5, "under_fit": True}
+    line = reference_check_line(rep.summary)
+    assert line.startswith("Reference check: logreg (exact L2 logistic regression, C on val) is +1.67 points above "
+                           "ce on All, more than the protocol's 0.5: the reference may be under-fit")
+    assert line in rep.markdown and "may be under-fit" in " ".join(terminal_table(rep.summary).split())
+    assert json.loads((better / "summary.json").read_text())["reference_check"]["under_fit"] is True
+    worse = report_run(write_run(tmp_path / "worse", {"ce": [predict(REF)] * 2,
+                                                      "logreg": [predict([0.9, 0.5, 0.9, 0.5, 0.9, 0.85])] * 2}))
+    line = reference_check_line(worse.summary)
+    assert line == ("Reference check: ce is within 0.5 point of logreg (exact L2 logistic regression, C on val) on "
+                    "All (logreg -0.83)") and line in worse.markdown
+    assert "under-fit" not in " ".join(terminal_table(worse.summary).split())
+    assert reference_check_line(report_run(hand_run(tmp_path / "plain")).summary) is None  # no logreg row
+
+
 def test_a_reference_at_the_end_of_its_grid_is_flagged_under_every_table(tmp_path: Path) -> None:
     from mr2probe.report import grid_edge_line, reference_edge_warning, terminal_table
 
