@@ -12,15 +12,16 @@ mr2probe report results/fmnist-effl0/linear results/fmnist-effl0/cosine results/
 mr2probe report results/mnist-effl0/linear results/mnist-effl0/cosine --html > /dev/null
 mr2probe report results/fmnist-dinov2s14/linear results/fmnist-dinov2s14/cosine --html > /dev/null
 mr2probe report results/fmnist-effl0-protocol/linear results/fmnist-effl0-protocol/cosine --html > /dev/null
-S=results/fmnist-effl0-settings
-mr2probe report $S/linear-longtail100 $S/linear-shots5 $S/linear-longtail10 $S/linear-shots20 --html > /dev/null
-M=results/mnist-effl0-settings
-mr2probe report $M/linear-longtail100 $M/linear-shots5 $M/linear-longtail10 $M/linear-shots20 --html > /dev/null
-for R in $S $M; do  # the cosine settings cells that exist, each alone and beside its linear cell
-  for cell in longtail100 longtail10 shots20 shots5; do
+for R in results/fmnist-effl0-settings results/mnist-effl0-settings results/fmnist-dinov2s14-500-settings \
+         results/mnist-dinov2s14-500-settings; do
+  [ -f $R/linear-shots20/results.json ] || continue
+  mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 --html > /dev/null
+  for cell in longtail100 longtail10 shots20 shots5; do  # the cosine cells that exist, alone and beside the linear
     [ -f $R/cosine-$cell/results.json ] || continue
     mr2probe report $R/cosine-$cell --html > /dev/null
     mr2probe report $R/linear-$cell $R/cosine-$cell --summary $R/cosine-vs-linear-$cell.md > /dev/null
+    [ -f $R/cosine-$cell-ldam-headscale/results.json ] || continue
+    mr2probe report $R/cosine-$cell-ldam-headscale --html > /dev/null
   done
 done
 D=results/fmnist-effl0-dose  # in the order of its run.sh
