@@ -28,6 +28,11 @@ run_cell $R/linear-shots5 --features $F --methods $M --head linear --seeds 3 --t
 run_cell $R/linear-longtail10 --features $F --methods $M --head linear --seeds 3 --train-profile longtail:10
 run_cell $R/linear-shots20 --features $F --methods $M --head linear --seeds 3 --train-profile shots:20 --episodes 5
 mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 --html > /dev/null
+# Budget check (session 9): the reference check flagged CE below logreg by > 0.5 point at ρ = 100 on MNIST ×
+# EfficientNet-Lite0 and Fashion-MNIST × DINOv2-S; CE and logreg again with 4× the step floor.
+run_cell $R/linear-longtail100-steps4000 --features $F --methods ce,logreg --head linear --seeds 3 \
+  --train-profile longtail:100 --min-steps 4000
+mr2probe report $R/linear-longtail100-steps4000 --html > /dev/null
 # HEADS=linear stops here (the cosine cells below take several times as long)
 [[ " ${HEADS:-linear cosine} " == *" cosine "* ]] || exit 0
 # The cosine head (scale grid on val), every method without an adapter (logreg and knn do not depend on the head:
