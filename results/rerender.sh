@@ -16,9 +16,9 @@ for R in results/fmnist-effl0-settings results/mnist-effl0-settings results/fmni
          results/mnist-dinov2s14-500-settings; do
   [ -f $R/linear-shots20/results.json ] || continue
   mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 --html > /dev/null
-  if [ -f $R/linear-longtail100-steps4000/results.json ]; then
-    mr2probe report $R/linear-longtail100-steps4000 --html > /dev/null
-  fi
+  for d in $R/linear-*-steps4000 $R/linear-*-lr3; do  # the reference diagnostics that exist
+    [ -f $d/results.json ] && mr2probe report $d --html > /dev/null
+  done
   for cell in longtail100 longtail10 shots20 shots5; do  # the cosine cells that exist, alone and beside the linear
     [ -f $R/cosine-$cell/results.json ] || continue
     mr2probe report $R/cosine-$cell --html > /dev/null
