@@ -203,6 +203,9 @@ def reference_check_line(s: Summary) -> str | None:
         return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} points "
                 f"above {s.reference} on All, more than the protocol's {c['tolerance']:g}: the reference may be "
                 "under-fit on these features (a larger step budget or grid)")
+    if c["gap"] < -c["tolerance"]:
+        return (f"Reference check: {s.reference} is {-c['gap']:.2f} points above {c['probe']} (exact L2 logistic "
+                "regression, C on val) on All")
     return (f"Reference check: {s.reference} is within {c['tolerance']:g} point of {c['probe']} (exact L2 logistic "
             f"regression, C on val) on All ({c['probe']} {c['gap']:+.2f})")
 

@@ -420,7 +420,7 @@ def test_grid_edges_flag_an_end_only_where_the_val_score_still_rises() -> None:
 
 def test_the_reference_is_checked_against_logreg_under_every_table(tmp_path: Path) -> None:
     """protocol.md: a CE probe reaches the exact logistic regression within 0.5 pt. ce's All is 92/120 = 76.67 %;
-    logreg 2 more images right (78.33 %, +1.67: flagged) or 1 fewer (75.83 %, −0.83: within)."""
+    logreg 2 more images right (78.33 %, +1.67: flagged), the same (within) or 1 fewer (75.83 %: ce 0.83 above)."""
     from mr2probe.report import reference_check_line, terminal_table
 
     better = write_run(tmp_path / "better", {"ce": [predict(REF)] * 2,
@@ -433,12 +433,15 @@ def test_the_reference_is_checked_against_logreg_under_every_table(tmp_path: Pat
                            "ce on All, more than the protocol's 0.5: the reference may be under-fit")
     assert line in rep.markdown and "may be under-fit" in " ".join(terminal_table(rep.summary).split())
     assert json.loads((better / "summary.json").read_text())["reference_check"]["under_fit"] is True
+    same = report_run(write_run(tmp_path / "same", {"ce": [predict(REF)] * 2, "logreg": [predict(REF)] * 2}))
+    line = reference_check_line(same.summary)
+    assert line == ("Reference check: ce is within 0.5 point of logreg (exact L2 logistic regression, C on val) on "
+                    "All (logreg +0.00)") and line in same.markdown
+    assert "under-fit" not in " ".join(terminal_table(same.summary).split())
     worse = report_run(write_run(tmp_path / "worse", {"ce": [predict(REF)] * 2,
                                                       "logreg": [predict([0.9, 0.5, 0.9, 0.5, 0.9, 0.85])] * 2}))
-    line = reference_check_line(worse.summary)
-    assert line == ("Reference check: ce is within 0.5 point of logreg (exact L2 logistic regression, C on val) on "
-                    "All (logreg -0.83)") and line in worse.markdown
-    assert "under-fit" not in " ".join(terminal_table(worse.summary).split())
+    assert reference_check_line(worse.summary) == ("Reference check: ce is 0.83 points above logreg (exact L2 "
+                                                   "logistic regression, C on val) on All")
     assert reference_check_line(report_run(hand_run(tmp_path / "plain")).summary) is None  # no logreg row
 
 
