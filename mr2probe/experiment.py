@@ -36,7 +36,7 @@ from .methods import METHODS
 from .metrics import null_name, per_class_accuracy
 from .probes import REFERENCE_PROBES, SELECT, fit_reference_probe
 from .profiles import Profile, draw_seed, parse_profile, select_rows
-from .settings import resolved
+from .settings import BUDGET_RULES, EXACT_PROBE, EXACT_PROBE_TOLERANCE, resolved
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
 from .trainer import (TrainConfig, TrainData, budget, chunk_rows, expand_runs, method_hparams, pick_device,
@@ -79,6 +79,10 @@ class ExperimentConfig:
             raise UserError(f"--set names {', '.join(stray)}, which is not in --methods ({', '.join(self.methods)})")
         if not self.seeds:
             raise UserError("--seeds must be ≥ 1")
+        reference = self.reference if self.reference in self.methods else self.methods[0]
+        if self.train.budget_rule == "reach-logreg" and reference in REFERENCE_PROBES:
+            raise UserError(f"--budget-rule reach-logreg calibrates the reference's steps; the reference {reference} "
+                            "is not trained in steps (pass --reference ce)")
         if self.select not in SELECT_METRICS:
             raise UserError(f"--select must be one of {', '.join(SELECT_METRICS)}, got {self.select!r}")
         if not 0 < self.val_fraction < 1:
@@ -98,7 +102,8 @@ def config_from_settings(features: Path, out: Path, methods: list[str], seeds: l
                         learn_scale=v["learn_scale"])
     train = TrainConfig(epochs=v["epochs"], batch_size=v["batch_size"], lrs=tuple(v["lr"]),
                         weight_decays=tuple(v["wd"]), l2s=tuple(v["l2"]),
-                        min_steps=v["min_steps"], scales=tuple(v["scale"]),
+                        min_steps=v["min_steps"], budget_rule=v["budget_rule"], max_steps=v["max_steps"],
+                        scales=tuple(v["scale"]),
                         method_params={m: dict(p) for m, p in (method_params or {}).items()},
                         use_method_grids=v["method_grid"], probe=probe, device=v["device"], progress=progress)
     return ExperimentConfig(features=Path(features), out=Path(out), methods=list(methods), seeds=list(seeds),
@@ -241,12 +246,20 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
 LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of ``scales`` in every linear-head part key
 
 
+def _keyed_train(train: dict[str, Any]) -> dict[str, Any]:
+    """The training settings that change the numbers: without the progress bars and CPU chunking, and without the
+    budget rule's settings under the default rule ``floor`` (so keys made before the rule existed are unchanged)."""
+    drop = {"progress", "chunk_mib"} | ({"budget_rule", "max_steps"} if train.get("budget_rule", "floor") == "floor"
+                                        else set())
+    return {k: v for k, v in train.items() if k not in drop}
+
+
 def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int] | None = None) -> str:
     """Identifies a seed's part file: everything that changes the numbers, not how the run is shown (progress
     bars), so `train -q` and `bench` share parts; ``stream`` (block and piece rows, which fix the streamed data
     order) only when the features are streamed, so in-memory keys are unchanged. Left out besides the progress
     bars: ``chunk_mib``, how the CPU groups the heads (the same heads, equal within float rounding)."""
-    train = {k: v for k, v in asdict(cfg.train).items() if k not in ("progress", "chunk_mib")}
+    train = _keyed_train(asdict(cfg.train))
     if cfg.train.probe.head != "cosine":
         # the cosine scale (grid, start value, learnable) does not touch a linear head: its key holds fixed values,
         # those of the default before the grid was widened to 256, so that parts finished then are still found
@@ -296,7 +309,7 @@ def _run_identity(config: dict[str, Any], profile: dict[str, Any], reference: st
     its reference, the profile, the features' content and the streamed order. Built alike from a results.json
     and from the command being run."""
     config = json.loads(json.dumps(config, default=str))  # tuples as lists, as results.json holds them
-    train = {k: v for k, v in config["train"].items() if k not in ("progress", "chunk_mib")}
+    train = _keyed_train(config["train"])
     if train["probe"]["head"] != "cosine":
         train = {**train, "scales": None, "probe": {**train["probe"], "scale": None, "learn_scale": None}}
     ident = {"train": train, "reference": reference, "features": content_hash, "stream": stream,
@@ -368,6 +381,35 @@ def reference_probe_run(name: str, data: TrainData, test: tuple[torch.Tensor | S
            "stack_wall_time_s": round(float(res.info.get("wall_s", 0.0)), 2),
            "reference_probe": {k: v for k, v in res.info.items() if isinstance(v, (str, int, float, bool))}}
     return run, res.test_pred.astype(np.int16 if data.num_classes < 32000 else np.int32)
+
+
+def calibrate_budget(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor],
+                     cfg: ExperimentConfig, reference: str, seed: int, log, probe_cache: dict[Any, Any] | None = None
+                     ) -> dict[str, Any]:
+    """The ``reach-logreg`` budget rule (protocol.md: the reference must not be under-fit; a CE probe reaches the
+    exact L2 logistic regression within 0.5 point): min_steps s = s₀, 2·s₀, 4·s₀, … (s₀: the floor rule's budget)
+    until the reference's best val score over its grid, seed ``seed``, is within :data:`EXACT_PROBE_TOLERANCE`
+    points of logreg's (C on val), or s reaches ``max_steps``. Val only: test is not looked at. Returns the
+    record kept in results.json's ``budget``: the chosen min_steps, whether logreg was reached, every trial."""
+    exact, _ = reference_probe_run(EXACT_PROBE, data, test, cfg, seed, probe_cache)
+    target = exact["val_score"] - EXACT_PROBE_TOLERANCE / 100
+    epochs, per_epoch = budget(len(data.y), cfg.train)
+    steps, trials = epochs * per_epoch, []
+    while True:
+        train_cfg = replace(cfg.train, min_steps=steps)
+        with progress_bar(f"budget: {reference} at {steps} steps against {EXACT_PROBE} on val",
+                          total=int(np.prod(budget(len(data.y), train_cfg))),
+                          enabled=cfg.train.progress and rank_world()[0] == 0) as bar:
+            trained = train_stack(data, expand_runs([reference], [seed], train_cfg), train_cfg, log,
+                                  description=f"budget {reference}", bar=bar)
+        val = float(select_scores(trained.predict(data.val_x), data.val_y, data.num_classes, cfg.select).max())
+        trials.append({"min_steps": steps, "reference_val": val})
+        if val >= target - 1e-9 or steps >= cfg.train.max_steps:
+            break
+        steps = min(2 * steps, cfg.train.max_steps)
+    return {"rule": "reach-logreg", "min_steps": steps, "reached": bool(val >= target - 1e-9),
+            "logreg_val": float(exact["val_score"]), "tolerance": EXACT_PROBE_TOLERANCE,
+            "max_steps": cfg.train.max_steps, "seed": seed, "select": cfg.select, "trials": trials}
 
 
 def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], cfg: ExperimentConfig,
@@ -469,6 +511,40 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
             "pieces); the data order differs from an in-memory run")
 
     reference = cfg.reference if cfg.reference in cfg.methods else cfg.methods[0]
+    profile = {**cfg.profile.as_dict(), "describe": cfg.profile.describe()}
+    given = cfg  # as given: results.json's config and the run's identity; cfg below carries the budget it gets
+    identity = _run_identity(_config_record(given), profile, reference, content_hash, stream)
+    rank, world = rank_world()
+    probe_cache: dict[Any, Any] = {}
+    episode_cache: dict[int, TrainData] = {}
+
+    def episode_data(e: int) -> TrainData:
+        if cfg.profile.kind == "full":
+            return data
+        if e not in episode_cache:  # one copy per episode, so the reference probes' cache sees the same rows
+            rows = episodes[e]["rows"]
+            episode_cache[e] = TrainData(take_rows(data.x, rows), data.y[torch.as_tensor(rows, device=data.y.device)],
+                                         data.val_x, data.val_y, data.num_classes)
+        return episode_cache[e]
+
+    calibration = None
+    if cfg.train.budget_rule == "reach-logreg":  # one calibration per run folder, kept in parts/ for resuming
+        budget_file = out / "parts" / f"budget-{_config_key(given, content_hash, stream)}.json"
+        if not budget_file.exists() and (done := _finished_before(out, identity)) is not None:
+            log("this run is finished: the folder's results.json was made by the same settings from features of the "
+                "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
+            return done
+        if rank == 0 and not budget_file.exists():
+            atomic_json(budget_file, calibrate_budget(episode_data(0), test, cfg, reference, replicates(cfg)[0][0],
+                                                      log, probe_cache))
+        barrier()
+        calibration = json.loads(budget_file.read_text())
+        cfg = replace(cfg, train=replace(cfg.train, min_steps=calibration["min_steps"]))
+        last = calibration["trials"][-1]
+        log(f"budget rule reach-logreg: min_steps {calibration['min_steps']} for every method ({reference} "
+            f"{100 * last['reference_val']:.2f} vs {EXACT_PROBE} {100 * calibration['logreg_val']:.2f} on val"
+            + ("" if calibration["reached"] else f"; not within {EXACT_PROBE_TOLERANCE:g} point at --max-steps "
+               f"{calibration['max_steps']}") + ")")
     # (config, seeds, name of its runs): the methods on cfg.seeds; the null control, the reference alone on
     # disjoint seeds (its parts are keyed like any run of that one method, so they are shared with such runs)
     reps = replicates(cfg)
@@ -492,27 +568,13 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         log(f"training profile {cfg.profile.describe()}: {len(episodes[0]['rows'])} of {len(y_train)} training "
             f"rows per episode; val and test untouched")
 
-    def episode_data(e: int) -> TrainData:
-        if cfg.profile.kind == "full":
-            return data
-        if e not in episode_cache:  # one copy per episode, so the reference probes' cache sees the same rows
-            rows = episodes[e]["rows"]
-            episode_cache[e] = TrainData(take_rows(data.x, rows), data.y[torch.as_tensor(rows, device=data.y.device)],
-                                         data.val_x, data.val_y, data.num_classes)
-        return episode_cache[e]
-
     barrier()  # under torchrun every rank lists the finished parts before any rank writes one
     todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
-    profile = {**cfg.profile.as_dict(), "describe": cfg.profile.describe()}
-    identity = _run_identity(_config_record(cfg), profile, reference, content_hash, stream)
     if todo and (done := _finished_before(out, identity)) is not None:  # every rank reads the same files
         log("this run is finished: the folder's results.json was made by the same settings from features of the "
             "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
         return done
-    rank, world = rank_world()
     mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
-    probe_cache: dict[Any, Any] = {}
-    episode_cache: dict[int, TrainData] = {}
     steps = {e: int(np.prod(budget(len(episodes[e]["rows"]), cfg.train))) for e in episodes}
     heads = len(expand_runs([m for m in cfg.methods if m not in REFERENCE_PROBES], [0], cfg.train))
 
@@ -573,13 +635,13 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         "null_control": {"method": jobs[1][2], "seeds": [sd for sd, _ in jobs[1][1]]} if len(jobs) > 1 else None,
         "budget": {"steps": epochs * per_epoch, "epochs": epochs, "steps_per_epoch": per_epoch,
                    "min_steps": cfg.train.min_steps, "batch_size": cfg.train.batch_size,
-                   "rule": "max(epochs · ⌈N_train / batch⌉, min_steps) optimiser steps, whole epochs, the same for "
-                           "every method"},
+                   "rule": BUDGET_RULES[cfg.train.budget_rule],
+                   **({"calibration": calibration} if calibration else {})},
         "profile": profile,
         "train_class_counts": episodes[0]["train_class_counts"],
         "episodes": [{k: v for k, v in ep.items() if k != "rows"} for ep in episodes.values()],
         "head": cfg.train.probe.head, "adapter": cfg.train.probe.adapter,
-        "config": _config_record(cfg),
+        "config": _config_record(given),
         "provenance": {
             "features": str(cfg.features), "features_sha256": features_hash,
             "features_content_sha256": content_hash, "encoder": fs.encoder,

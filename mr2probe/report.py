@@ -199,15 +199,22 @@ def reference_check_line(s: Summary) -> str | None:
     c = s.reference_check
     if c is None:
         return None
+    steps = "" if c.get("steps") is None else f"{c['steps']} steps"
+    if c.get("calibrated"):
+        how = f"{steps} by the reach-logreg rule" + (", reached on val" if c["reached"] else
+                                                    ", its ceiling: not reached on val (raise --max-steps)")
+    else:
+        how = steps + (" by the floor rule; --budget-rule reach-logreg calibrates it on val" if c["under_fit"] else "")
+    budget = f" (budget: {how})" if how else ""
     if c["under_fit"]:
         return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} points "
                 f"above {s.reference} on All, more than the protocol's {c['tolerance']:g}: the reference may be "
-                "under-fit on these features (a larger step budget or grid)")
+                f"under-fit on these features (a larger step budget or grid{'; budget: ' + how if how else ''})")
     if c["gap"] < -c["tolerance"]:
         return (f"Reference check: {s.reference} is {-c['gap']:.2f} points above {c['probe']} (exact L2 logistic "
-                "regression, C on val) on All")
+                f"regression, C on val) on All{budget}")
     return (f"Reference check: {s.reference} is within {c['tolerance']:g} point of {c['probe']} (exact L2 logistic "
-            f"regression, C on val) on All ({c['probe']} {c['gap']:+.2f})")
+            f"regression, C on val) on All ({c['probe']} {c['gap']:+.2f}){budget}")
 
 
 def mde_line(s: Summary) -> str:

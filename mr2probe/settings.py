@@ -27,6 +27,15 @@ GROUPS_ON = {"val": "the reference's val accuracy (mean over seeds), scored on a
              "test": "the reference's test accuracy (mean over seeds), scored on the same test images: biased, "
                      "regression to the mean credits any method that differs from the reference"}
 """How the hard / medium / easy groups are ranked (``groups_on``); the default is the first."""
+EXACT_PROBE = "logreg"  # exact multinomial L2 logistic regression (L-BFGS, C on val): what a linear probe can reach
+EXACT_PROBE_TOLERANCE = 0.5  # [choice] points; protocol.md: a CE probe reaches LogisticRegression within 0.5
+BUDGET_RULES = {"floor": "max(epochs · ⌈N_train / batch⌉, min_steps) optimiser steps, whole epochs, the same for "
+                         "every method",
+                "reach-logreg": "min_steps doubled from the floor until the reference's best val score is within "
+                                f"{EXACT_PROBE_TOLERANCE:g} point of {EXACT_PROBE}'s (C on val) or max_steps is "
+                                "reached, on the first seed and episode; then the floor rule with that min_steps, "
+                                "the same for every method"}
+"""How a run's step budget is set (``budget_rule``); the default is the first."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,11 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
             "steps, the same for every method (no epoch is picked on test).", estimator=30),
     Setting("min_steps", "int", 1000, "Floor of the training budget in optimiser steps, so small and few-shot sets "
             "converge (0 = epochs alone).", estimator=1000),
+    Setting("budget_rule", "str", "floor", "Step budget: floor (max(epochs · ⌈N/batch_size⌉, min_steps)) or "
+            f"reach-logreg (min_steps doubled until the reference's val score is within {EXACT_PROBE_TOLERANCE:g} "
+            f"point of {EXACT_PROBE}'s, up to max_steps; protocol: the reference must not be under-fit).",
+            choices=tuple(BUDGET_RULES)),
+    Setting("max_steps", "int", 32000, "Ceiling of the reach-logreg budget rule in optimiser steps."),
     Setting("batch_size", "int", 512, "Training batch size.", estimator=512),
     Setting("lr", "floats", (1e-3, 1e-2), "Learning-rate grid, selected on val.", estimator=None),
     Setting("wd", "floats", (1e-4, 1e-1), "AdamW (decoupled) weight-decay grid, selected on val.", estimator=None),

@@ -19,7 +19,7 @@ from .metrics import (COLUMNS, DELTA_COLUMNS, INSTRUMENT_COLUMNS, SIG_COLUMN, Z_
                       Fold, Groups, class_groups, confusion, disparity_row, hard_instruments, jaccard_matrix,
                       mean_pairwise_jaccard, minimum_detectable, null_name, per_class_accuracy,
                       per_class_paired_test, precision_per_class, prediction_rate, stratified_halves)
-from .settings import GROUPS_ON, TRAIN
+from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, TRAIN
 
 LOWER_IS_BETTER = frozenset({"Std", "Gap"})
 HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS) | {"HardPrec"}
@@ -286,7 +286,7 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    mde=detectable_delta_hard(per_seed, draws, reference, null_method),
                    seed_stability=seed_stability(ref_runs, list(results["class_names"])),
                    grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}),
-                   reference_check=reference_probe_check(mean, reference))
+                   reference_check=reference_probe_check(mean, reference, results.get("budget")))
 
 
 class _Instruments:
@@ -455,19 +455,20 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
     return rows
 
 
-EXACT_PROBE = "logreg"  # exact multinomial L2 logistic regression (L-BFGS, C on val): what a linear probe can reach
-EXACT_PROBE_TOLERANCE = 0.5  # [choice] points of All; protocol.md: a CE probe reaches LogisticRegression within 0.5
-
-
-def reference_probe_check(mean: dict[str, dict[str, float]], reference: str) -> dict[str, Any] | None:
+def reference_probe_check(mean: dict[str, dict[str, float]], reference: str,
+                          budget: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The reference against the exact logistic regression on the same features: gap = All(logreg) − All(reference)
     (seed means, points) and ``under_fit`` = gap > :data:`EXACT_PROBE_TOLERANCE` (a budget or grid too small for
-    these features). None without a ``logreg`` row, or when logreg is the reference."""
+    these features), with the run's step budget (``steps``; ``calibrated``/``reached`` under the reach-logreg
+    rule). None without a ``logreg`` row, or when logreg is the reference."""
     if EXACT_PROBE not in mean or reference not in mean or reference == EXACT_PROBE:
         return None
     gap = mean[EXACT_PROBE]["All"] - mean[reference]["All"]
+    budget = budget or {}
+    calibration = budget.get("calibration")
     return {"probe": EXACT_PROBE, "gap": gap, "tolerance": EXACT_PROBE_TOLERANCE,
-            "under_fit": bool(gap > EXACT_PROBE_TOLERANCE)}
+            "under_fit": bool(gap > EXACT_PROBE_TOLERANCE), "steps": budget.get("steps"),
+            "calibrated": calibration is not None, "reached": None if calibration is None else calibration["reached"]}
 
 
 def _is_number(v: Any) -> bool:

@@ -46,6 +46,8 @@ class TrainConfig:
     lrs: tuple[float, ...] = TRAIN["lr"].default
     weight_decays: tuple[float, ...] = TRAIN["wd"].default
     min_steps: int = TRAIN["min_steps"].default  # floor of the budget in optimiser steps
+    budget_rule: str = TRAIN["budget_rule"].default  # floor, or reach-logreg: min_steps calibrated (experiment.py)
+    max_steps: int = TRAIN["max_steps"].default  # ceiling of the reach-logreg calibration
     l2s: tuple[float, ...] = TRAIN["l2"].default  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights
     scales: tuple[float, ...] = TRAIN["scale"].default  # cosine-head scale grid, selected on val
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # fixed overrides per method
@@ -70,6 +72,9 @@ class TrainConfig:
             raise UserError(f"--wd values must be finite and ≥ 0, got {list(self.weight_decays)}")
         if self.min_steps < 0:
             raise UserError(f"--min-steps must be ≥ 0, got {self.min_steps}")
+        TRAIN["budget_rule"].check_choice(self.budget_rule, "--budget-rule")
+        if self.max_steps < 1:
+            raise UserError(f"--max-steps must be ≥ 1, got {self.max_steps}")
         if not self.l2s or any(not 0 <= v < float("inf") for v in self.l2s):
             raise UserError(f"--l2 values must be finite and ≥ 0, got {list(self.l2s)}")
         if any(self.l2s) and self.probe.head != "linear":

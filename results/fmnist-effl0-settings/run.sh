@@ -33,6 +33,21 @@ mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/l
 run_cell $R/linear-longtail100-steps4000 --features $F --methods ce,logreg --head linear --seeds 3 \
   --train-profile longtail:100 --min-steps 4000
 mr2probe report $R/linear-longtail100-steps4000 --html > /dev/null
+# The reach-logreg budget rule (session 10): every linear cell whose reference check says the reference may be
+# under-fit (CE more than 0.5 point below logreg on All) is trained again, every method, with
+# --budget-rule reach-logreg (min_steps doubled from the floor until CE's val score is within 0.5 point of logreg's,
+# up to 32,000 steps; the same budget for every method), in linear-CELL-reach, and compared with the floor-rule cell
+# in reach-vs-floor-CELL.*.
+for cell in longtail100 shots5 longtail10 shots20; do
+  grep -q "may be under-fit" $R/linear-$cell/table.md || continue
+  case $cell in
+    longtail*) P="--train-profile longtail:${cell#longtail}" ;;
+    shots*) P="--train-profile shots:${cell#shots} --episodes 5" ;;
+  esac
+  run_cell $R/linear-$cell-reach --features $F --methods $M --head linear --seeds 3 $P --budget-rule reach-logreg
+  mr2probe report $R/linear-$cell-reach --html > /dev/null
+  mr2probe report $R/linear-$cell $R/linear-$cell-reach --summary $R/reach-vs-floor-$cell.md > /dev/null
+done
 # HEADS=linear stops here (the cosine cells below take several times as long)
 [[ " ${HEADS:-linear cosine} " == *" cosine "* ]] || exit 0
 # The cosine head (scale grid on val), every method without an adapter (logreg and knn do not depend on the head:
