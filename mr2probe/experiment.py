@@ -275,6 +275,8 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+FINISHED_BEFORE = ("this run is finished: the folder's results.json was made by the same settings from features of the "
+                   "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
 # results.json fields that describe how a run was made or shown, not its numbers
 _AS_MADE = ("provenance", "notes", "config", "mr2probe_version")
 
@@ -531,8 +533,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     if cfg.train.budget_rule == "reach-logreg":  # one calibration per run folder, kept in parts/ for resuming
         budget_file = out / "parts" / f"budget-{_config_key(given, content_hash, stream)}.json"
         if not budget_file.exists() and (done := _finished_before(out, identity)) is not None:
-            log("this run is finished: the folder's results.json was made by the same settings from features of the "
-                "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
+            log(FINISHED_BEFORE)
             return done
         if rank == 0 and not budget_file.exists():
             atomic_json(budget_file, calibrate_budget(episode_data(0), test, cfg, reference, replicates(cfg)[0][0],
@@ -571,8 +572,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     barrier()  # under torchrun every rank lists the finished parts before any rank writes one
     todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
     if todo and (done := _finished_before(out, identity)) is not None:  # every rank reads the same files
-        log("this run is finished: the folder's results.json was made by the same settings from features of the "
-            "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
+        log(FINISHED_BEFORE)
         return done
     mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
     steps = {e: int(np.prod(budget(len(episodes[e]["rows"]), cfg.train))) for e in episodes}
