@@ -19,6 +19,11 @@ for R in results/fmnist-effl0-settings results/mnist-effl0-settings results/fmni
   for d in $R/linear-*-steps4000 $R/linear-*-lr3; do  # the reference diagnostics that exist
     [ -f $d/results.json ] && mr2probe report $d --html > /dev/null
   done
+  for cell in longtail100 shots5 longtail10 shots20; do  # the cells retrained under --budget-rule reach-logreg
+    [ -f $R/linear-$cell-reach/results.json ] || continue
+    mr2probe report $R/linear-$cell-reach --html > /dev/null
+    mr2probe report $R/linear-$cell $R/linear-$cell-reach --summary $R/reach-vs-floor-$cell.md > /dev/null
+  done
   for cell in longtail100 longtail10 shots20 shots5; do  # the cosine cells that exist, alone and beside the linear
     [ -f $R/cosine-$cell/results.json ] || continue
     mr2probe report $R/cosine-$cell --html > /dev/null
@@ -36,4 +41,10 @@ for tag in longtail100 shots5 full; do
 done
 mr2probe report "${dirs[@]}" > /dev/null
 A=results/fmnist-effl0-adapter
-mr2probe report $A/shots20-linear $A/shots20-linear-refscale $A/shots20-mlp $A/shots20-mlp-refscale > /dev/null
+adirs=()
+for cell in shots20 full; do  # the adapter cells that exist
+  for arm in linear linear-refscale mlp mlp-refscale; do
+    [ -f $A/$cell-$arm/results.json ] && adirs+=("$A/$cell-$arm")
+  done
+done
+mr2probe report "${adirs[@]}" > /dev/null
