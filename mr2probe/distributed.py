@@ -5,9 +5,13 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+
+BARRIER_TIMEOUT = timedelta(hours=24)
 
 
 def rank_world() -> tuple[int, int]:
@@ -25,7 +29,9 @@ def init_distributed() -> bool:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         if torch.cuda.is_available():  # before init, so NCCL binds each rank to its own GPU
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        # ranks wait at barriers for unequal work (one more seed stack, rank 0's budget calibration): hours on a CPU,
+        # past the default 10-30 min collective timeout
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=BARRIER_TIMEOUT)
         atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _terminate)

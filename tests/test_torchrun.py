@@ -35,6 +35,8 @@ def comparable(run_dir: Path) -> dict:
     res["provenance"] = {k: v for k, v in res["provenance"].items() if k not in VOLATILE}
     res["provenance"]["feature_file_attrs"].pop("created_utc")
     res["runs"] = [{k: v for k, v in r.items() if not k.endswith("wall_time_s")} for r in res["runs"]]
+    for r in res["runs"]:  # a reference probe's fit time
+        r.get("reference_probe", {}).pop("wall_s", None)
     res["config"]["train"].pop("progress")
     return res
 
@@ -64,6 +66,21 @@ def test_train_two_ranks_equal_one_process(tmp_path: Path) -> None:
     assert r2.stdout.count("wrote ") == 1  # rank 0 reports
     assert json.loads((two / "results.json").read_text())["provenance"]["world_size"] == 2
     assert len(list((two / "parts").glob("*.json"))) == 6  # 3 seeds + 3 null-control seeds, spread over 2 ranks
+    assert_same_run(one, two)
+
+
+def test_the_reach_logreg_budget_under_two_ranks_equals_one_process(tmp_path: Path) -> None:
+    """Rank 0 calibrates the budget (the other waits at a barrier), both read it from parts/, then share the
+    seed stacks: the same run folder as one process."""
+    feats = write_by_hand(tmp_path / "f.h5", k=4, d=8, n_train=120, n_test=60)
+    one, two = tmp_path / "one", tmp_path / "two"
+    args = ["--methods", "ce,focal,logreg", "--seeds", "2", "--epochs", "1", "--min-steps", "1", "--batch-size",
+            "32", "--lr", "1e-2", "--budget-rule", "reach-logreg", "--max-steps", "256", "-q"]
+    assert mr2probe("train", "--features", str(feats), "--out", str(one), *args).returncode == 0
+    r2 = mr2probe("train", "--features", str(feats), "--out", str(two), *args, ranks=2)
+    assert r2.returncode == 0, r2.stderr
+    cal = json.loads((two / "results.json").read_text())["budget"]["calibration"]
+    assert len(cal["trials"]) >= 2 and len(list((two / "parts").glob("budget-*.json"))) == 1
     assert_same_run(one, two)
 
 
