@@ -406,10 +406,11 @@ def calibrate_budget(data: TrainData, test: tuple[torch.Tensor | StreamedFeature
                                   description=f"budget {reference}", bar=bar)
         val = float(select_scores(trained.predict(data.val_x), data.val_y, data.num_classes, cfg.select).max())
         trials.append({"min_steps": steps, "reference_val": val})
-        if val >= target - 1e-9 or steps >= cfg.train.max_steps:
+        reached = val >= target - 1e-9  # 1e-9: float noise at exactly the tolerance
+        if reached or steps >= cfg.train.max_steps:
             break
         steps = min(2 * steps, cfg.train.max_steps)
-    return {"rule": "reach-logreg", "min_steps": steps, "reached": bool(val >= target - 1e-9),
+    return {"rule": "reach-logreg", "min_steps": steps, "reached": bool(reached),
             "logreg_val": float(exact["val_score"]), "tolerance": EXACT_PROBE_TOLERANCE,
             "max_steps": cfg.train.max_steps, "seed": seed, "select": cfg.select, "trials": trials}
 
