@@ -62,6 +62,11 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     max_memory: int | str = DEFAULT_MAX_MEMORY  # feature memory cap: bytes, "512MB", "8GiB", … or "auto" (source.py)
 
+    @property
+    def reference_method(self) -> str:
+        """The method that defines the groups: ``reference`` when it is among the methods, else the first method."""
+        return self.reference if self.reference in self.methods else self.methods[0]
+
     def check(self) -> None:
         self.train.check()
         for m in self.methods:
@@ -79,7 +84,7 @@ class ExperimentConfig:
             raise UserError(f"--set names {', '.join(stray)}, which is not in --methods ({', '.join(self.methods)})")
         if not self.seeds:
             raise UserError("--seeds must be ≥ 1")
-        reference = self.reference if self.reference in self.methods else self.methods[0]
+        reference = self.reference_method
         if self.train.budget_rule == "reach-logreg" and reference in REFERENCE_PROBES:
             raise UserError(f"--budget-rule reach-logreg calibrates the reference's steps; the reference {reference} "
                             "is not trained in steps (pass --reference ce)")
@@ -513,7 +518,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
             f"MiB): streamed from the file in blocks of {stream['block_rows']} rows ({stream['piece_rows']}-row "
             "pieces); the data order differs from an in-memory run")
 
-    reference = cfg.reference if cfg.reference in cfg.methods else cfg.methods[0]
+    reference = cfg.reference_method
     profile = {**cfg.profile.as_dict(), "describe": cfg.profile.describe()}
     given = cfg  # as given: results.json's config and the run's identity; cfg below carries the budget it gets
     identity = _run_identity(_config_record(given), profile, reference, content_hash, stream)
