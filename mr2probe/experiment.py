@@ -286,22 +286,6 @@ FINISHED_BEFORE = ("this run is finished: the folder's results.json was made by 
 _AS_MADE = ("provenance", "notes", "config", "mr2probe_version")
 
 
-def _finished(out: Path, results: dict[str, Any]) -> dict[str, Any] | None:
-    """The folder's results.json when it already holds ``results`` (fields of ``_AS_MADE`` aside), from features
-    of the same content, and its predictions are there: re-running a finished command then rewrites nothing, so
-    the first run's provenance (its wall time, command) is kept. The parts key fixes every setting that changes
-    the numbers."""
-    try:
-        old = json.loads((out / "results.json").read_text())
-    except (OSError, ValueError):
-        return None
-    new = json.loads(json.dumps(results, default=str))
-    same = {k: v for k, v in old.items() if k not in _AS_MADE} == {k: v for k, v in new.items() if k not in _AS_MADE}
-    # equal numbers from other features (another content hash) are another run: its provenance must say so
-    content = [r.get("provenance", {}).get("features_content_sha256") for r in (old, new)]
-    return old if same and content[0] == content[1] and (out / "predictions.npz").exists() else None
-
-
 def _config_record(cfg: ExperimentConfig) -> dict[str, Any]:
     """results.json's ``config``: the run's settings as given."""
     return {"methods": cfg.methods, "seeds": cfg.seeds, "null": cfg.null, "select": cfg.select,
@@ -325,10 +309,12 @@ def _run_identity(config: dict[str, Any], profile: dict[str, Any], reference: st
     return json.dumps(ident, sort_keys=True, default=str)
 
 
-def _finished_before(out: Path, identity: str) -> dict[str, Any] | None:
+def _finished(out: Path, identity: str, results: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The folder's results.json when it was made by a run of the same identity (``_run_identity``) and its
     predictions and heads are there: the run is finished even when its parts/ are gone (parts are not kept in
-    git, so a fresh clone of a committed run has none), and it is kept as it is instead of trained again."""
+    git, so a fresh clone of a committed run has none), and it is kept as it is instead of trained again. With
+    ``results`` (every seed stack was found in parts/), only when it also holds those numbers (fields of
+    ``_AS_MADE`` aside): re-running a finished command rewrites nothing, so the first run's provenance is kept."""
     try:
         old = json.loads((out / "results.json").read_text())
         prov = old["provenance"]
@@ -339,7 +325,9 @@ def _finished_before(out: Path, identity: str) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     files = all((out / f).exists() for f in ("predictions.npz", "heads.safetensors"))
-    return old if made_by == identity and files else None
+    numbers = [{k: v for k, v in r.items() if k not in _AS_MADE}
+               for r in (old, json.loads(json.dumps(results, default=str)))] if results is not None else [0, 0]
+    return old if made_by == identity and files and numbers[0] == numbers[1] else None
 
 
 def cpu_name() -> str:
@@ -538,7 +526,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     calibration = None
     if cfg.train.budget_rule == "reach-logreg":  # one calibration per run folder, kept in parts/ for resuming
         budget_file = out / "parts" / f"budget-{_config_key(given, content_hash, stream)}.json"
-        if not budget_file.exists() and (done := _finished_before(out, identity)) is not None:
+        if not budget_file.exists() and (done := _finished(out, identity)) is not None:
             log(FINISHED_BEFORE)
             return done
         if rank == 0 and not budget_file.exists():
@@ -577,7 +565,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
 
     barrier()  # under torchrun every rank lists the finished parts before any rank writes one
     todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
-    if todo and (done := _finished_before(out, identity)) is not None:  # every rank reads the same files
+    if todo and (done := _finished(out, identity)) is not None:  # every rank reads the same files
         log(FINISHED_BEFORE)
         return done
     mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
@@ -665,7 +653,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         "notes": notes,
         "runs": runs,
     }
-    if not todo and (kept := _finished(out, results)) is not None:
+    if not todo and (kept := _finished(out, identity, results)) is not None:
         console.print("[dim]every seed stack was already trained and the run folder holds these results: kept as it "
                       "is[/dim]")
         return kept

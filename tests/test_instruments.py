@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import math
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -444,6 +445,15 @@ def test_the_reference_is_checked_against_logreg_under_every_table(tmp_path: Pat
     assert reference_check_line(worse.summary) == ("Reference check: ce is 0.83 points above logreg (exact L2 "
                                                    "logistic regression, C on val) on All")
     assert reference_check_line(report_run(hand_run(tmp_path / "plain")).summary) is None  # no logreg row
+    # under the reach-logreg rule the line names the budget; when the budget reached logreg on val and test still
+    # shows the gap, more steps are not the suggestion
+    calibrated = {**rep.summary.reference_check, "steps": 2030, "calibrated": True}
+    reached = reference_check_line(replace(rep.summary, reference_check={**calibrated, "reached": True}))
+    assert "although the budget reached it on val (2030 steps by the reach-logreg rule, reached on val)" in reached
+    assert "not too few steps" in reached and "may be under-fit" not in reached
+    capped = reference_check_line(replace(rep.summary, reference_check={**calibrated, "reached": False}))
+    assert capped.endswith("may be under-fit on these features (a larger step budget or grid; budget: 2030 steps by "
+                           "the reach-logreg rule, its ceiling: not reached on val (raise --max-steps))")
 
 
 def test_a_reference_at_the_end_of_its_grid_is_flagged_under_every_table(tmp_path: Path) -> None:
