@@ -15,16 +15,18 @@ mr2probe report results/fmnist-effl0-protocol/linear results/fmnist-effl0-protoc
 for R in results/fmnist-effl0-settings results/mnist-effl0-settings results/fmnist-dinov2s14-500-settings \
          results/mnist-dinov2s14-500-settings; do
   [ -f $R/linear-shots20/results.json ] || continue
-  mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 --html > /dev/null
+  full=(); [ -f $R/linear-full/results.json ] && full=($R/linear-full)  # the balanced cell (session 11)
+  mr2probe report $R/linear-longtail100 $R/linear-shots5 $R/linear-longtail10 $R/linear-shots20 "${full[@]}" \
+    --html > /dev/null
   for d in $R/linear-*-steps4000 $R/linear-*-lr3; do  # the reference diagnostics that exist
     [ -f $d/results.json ] && mr2probe report $d --html > /dev/null
   done
-  for cell in longtail100 shots5 longtail10 shots20; do  # the cells retrained under --budget-rule reach-logreg
+  for cell in longtail100 shots5 longtail10 shots20 full; do  # the cells retrained under --budget-rule reach-logreg
     [ -f $R/linear-$cell-reach/results.json ] || continue
     mr2probe report $R/linear-$cell-reach --html > /dev/null
     mr2probe report $R/linear-$cell $R/linear-$cell-reach --summary $R/reach-vs-floor-$cell.md > /dev/null
   done
-  for cell in longtail100 longtail10 shots20 shots5; do  # the cosine cells that exist, alone and beside the linear
+  for cell in longtail100 longtail10 shots20 shots5 full; do  # the cosine cells that exist, alone and beside the linear
     [ -f $R/cosine-$cell/results.json ] || continue
     mr2probe report $R/cosine-$cell --html > /dev/null
     mr2probe report $R/linear-$cell $R/cosine-$cell --summary $R/cosine-vs-linear-$cell.md > /dev/null

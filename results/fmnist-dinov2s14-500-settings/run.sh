@@ -10,4 +10,5 @@
 # from its .partial file, the cells from parts/). Run from the repository root.
 set -euo pipefail
 DATASET=fashion-mnist ENCODER=dinov2-s14 F=features/fmnist-dinov2s14-500.h5 R=results/fmnist-dinov2s14-500-settings \
-  EXTRACT_ARGS="--per-class 500" exec bash results/fmnist-effl0-settings/run.sh
+  EXTRACT_ARGS="--per-class 500" COSINE_CELLS="longtail100 longtail10 shots20 shots5 full" \
+  exec bash results/fmnist-effl0-settings/run.sh

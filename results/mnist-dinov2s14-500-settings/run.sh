@@ -22,4 +22,4 @@ diagnose() {
 }
 HEADS=linear bash results/fmnist-effl0-settings/run.sh  # extracts the features first; the linear cells
 diagnose > /dev/null
-bash results/fmnist-effl0-settings/run.sh  # the cosine cells (the linear ones are finished)
+COSINE_CELLS="longtail100 longtail10 shots20 shots5 full" bash results/fmnist-effl0-settings/run.sh  # the cosine cells
