@@ -325,9 +325,11 @@ def _finished(out: Path, identity: str, results: dict[str, Any] | None = None) -
     except (OSError, ValueError, KeyError, TypeError):
         return None
     files = all((out / f).exists() for f in ("predictions.npz", "heads.safetensors"))
-    numbers = [{k: v for k, v in r.items() if k not in _AS_MADE}
-               for r in (old, json.loads(json.dumps(results, default=str)))] if results is not None else [0, 0]
-    return old if made_by == identity and files and numbers[0] == numbers[1] else None
+    def numbers(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in json.loads(json.dumps(r, default=str)).items() if k not in _AS_MADE}
+
+    same = results is None or numbers(old) == numbers(results)
+    return old if made_by == identity and files and same else None
 
 
 def cpu_name() -> str:
