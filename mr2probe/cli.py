@@ -211,7 +211,7 @@ def train(
         typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
-    groups_on = settings.pop("groups_on")
+    groups_on, margin = settings.pop("groups_on"), settings.pop("equivalence_margin")
     cfg = config_from_settings(features, out, names, list(range(seeds)), head, adapter, settings,
                                _method_params(set_), train_profile, progress=not quiet)
     init_distributed()
@@ -219,7 +219,7 @@ def train(
     run_experiment(cfg)
     if rank_world()[0] != 0:
         return  # under torchrun rank 0 writes and reports the run folder
-    typer.echo(terminal_table(report_run(out, groups_on).summary))
+    typer.echo(terminal_table(report_run(out, groups_on, margin=margin).summary))
     # a finished folder that already held these results is kept as it is; only its tables are rendered again
     kept = before is not None and before == _mtime(out / "results.json")
     tables = "table.md (every column), table.csv, table.tex, summary.json"
@@ -247,10 +247,9 @@ def default_features() -> Path:
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run folder(s) holding results.json; each folder is one "
                                           "(encoder, dataset, head) setting."),
-    groups_on: str = typer.Option("val", "--groups-on", help="Rank the hard/medium/easy classes on the "
-                                  "reference's val accuracy (default), crossfit (rank on one class-stratified half "
-                                  "of test, score on the other, swap, average) or test (rank and score on the same "
-                                  "images: biased, for comparing with papers that do it)."),
+    groups_on: str = typer.Option(TRAIN["groups_on"].default, "--groups-on", help=TRAIN["groups_on"].help),
+    equivalence_margin: float = typer.Option(TRAIN["equivalence_margin"].default, "--equivalence-margin",
+                                             help=TRAIN["equivalence_margin"].help),
     no_null: bool = typer.Option(False, "--no-null", help="Leave the null control's rows out of the tables."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Where the Δ summary across runs (ΔHard, ΔEasy, "
                                            "ΔAll of each method vs the reference, per run and averaged) goes: "
@@ -267,7 +266,10 @@ def report(
     variability.png and tradeoff.png; with several run folders also a Δ summary across them."""
     from .report import run_report
 
-    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null))
+    if equivalence_margin <= 0:
+        raise UserError(f"--equivalence-margin must be > 0 points, got {equivalence_margin:g}")
+    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null,
+                          margin=equivalence_margin))
 
 
 @app.command()
@@ -311,16 +313,18 @@ def bench(
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Folder holding one folder per dataset "
                                              "(DATA_ROOT/<dataset>); the suite's roots table wins."),
     features_dir: Path = typer.Option(Path("features"), "--features-dir", help="Feature cache: "
-                                      "<dataset>-<encoder>[-pc<N>].h5, kept when finished."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folders and summary.md. Default: "
-                                       "runs/<suite name>."),
+                                      "<dataset>-<encoder>[-pc<N>].h5 and derived (synthetic: / spread:) files, "
+                                      "kept when finished."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folders, comparisons and summary.md. "
+                                       "Default: runs/<suite name>."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     report_only: bool = typer.Option(False, "--report-only", help="No extraction or training: report every run "
-                                     "folder that has a results.json again with the current protocol, then "
-                                     "summary.md."),
+                                     "folder that has a results.json again with the current protocol (tables "
+                                     "and plots, no report.html), then the [[compare]] files and summary.md."),
 ) -> None:
-    """Run a benchmark suite: extract, train and report every dataset × encoder × head, then summary.md;
-    a cell whose data or weights are missing is skipped with one line (under `torchrun --nproc_per_node=N -m
+    """Run a benchmark suite: extract, train and report every dataset × encoder × head and every [[runs]]
+    entry, then the [[compare]] files and summary.md; a cell or run whose data, weights or features are missing
+    is skipped with one line (under `torchrun --nproc_per_node=N -m
     mr2probe bench ...` every extraction and every run is spread over N processes; rank 0 reports)."""
     from .bench import load_suite, run_suite
 
@@ -373,6 +377,25 @@ def predict(
         typer.echo(f"against the run's own test predictions: {int((agree == 1).sum())} of {len(agree)} heads "
                    f"identical; least agreement {agree.min():.2%} ({agree.idxmin()}), "
                    f"{int(round((1 - agree.min()) * len(df)))} of {len(df)} images")
+
+
+@app.command()
+@guarded()
+def synth(
+    spec: str = typer.Argument(..., help="synthetic:K=10,D=64,n=200,spread=1:2:3|ramp:1-3,sep=3,seed=0 (Gaussian "
+                               "class clusters) or spread:PATH,classes=0:3:5,factor=2 (a feature file with those "
+                               "classes spread about their train means); formulas in mr2probe/synthetic.py."),
+    out: Path = typer.Option(..., "--out", "-o", help="Feature file (.h5) to write (temporary name, then renamed); "
+                             "kept as it is when it already holds this spec."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it holds other features."),
+) -> None:
+    """Write the feature file of a synthetic: or spread: spec (a positive control for MR2)."""
+    from .featurestore import read_features
+    from .synthetic import materialize_to
+
+    fs = read_features(materialize_to(spec, out, overwrite=overwrite), load=False)
+    typer.echo(f"wrote {fs.path}: K={fs.num_classes} classes, D={fs.dim}, "
+               + ", ".join(f"{s} {n}" for s, n in fs.rows.items()))
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ Protocol (../shared/spec/protocol.md): val is the file's val split, else a strat
 (``val_fraction``, fixed ``val_seed``, the same for every run). For each (method, seed) the grid point with
 the best val score (``select``: "acc" overall or "macc" mean per-class accuracy) is kept and evaluated once on
 test. Each seed's stack is saved to ``RUN_DIR/parts/`` as soon as it finishes, so a killed run resumes
-without retraining finished seeds.
+without retraining finished seeds. Under the ``checkpoints`` budget rule each head is in its best checkpoint's
+state (trainer.py), so the selection picks (checkpoint step, lr, wd, method parameters) per method.
 
 Features (train + val + test as float32) that fit in ``max_memory`` are loaded onto the training device;
 larger files are validated chunk by chunk and streamed from the file during training (``source.py``).
@@ -39,8 +40,8 @@ from .profiles import Profile, draw_seed, parse_profile, select_rows
 from .settings import BUDGET_RULES, EXACT_PROBE, EXACT_PROBE_TOLERANCE, resolved
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
-from .trainer import (TrainConfig, TrainData, budget, chunk_rows, expand_runs, method_hparams, pick_device,
-                      train_stack)
+from .trainer import (TrainConfig, TrainData, budget, checkpoint_steps, chunk_rows, expand_runs, method_hparams,
+                      pick_device, select_scores, train_stack, train_steps)
 
 SELECT_METRICS = SELECT  # val score of the grid: overall or mean per-class accuracy (as the reference probes)
 
@@ -188,16 +189,6 @@ def prepare_data(fs: FeatureSet, cfg: ExperimentConfig, device: torch.device, h5
     data = TrainData(x, t(y, torch.long), vx, t(vy, torch.long), fs.num_classes)
     sizes = {"train": int(len(y)), "val": int(len(vy)), "test": int(len(te.labels)), "val_source": source}
     return data, (features("test", None), t(te.labels, torch.long)), sizes
-
-
-def select_scores(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.ndarray:
-    """Val score of every head: logits [H, n, K] → [H]."""
-    correct = (logits.argmax(-1) == y).float()  # [H, n]
-    if select == "acc":
-        return correct.mean(1).cpu().numpy()
-    onehot = torch.nn.functional.one_hot(y, k).float()  # [n, K]
-    per_class = (correct @ onehot) / onehot.sum(0)  # NaN for a class without val samples: left out of the mean
-    return np.nanmean(per_class.cpu().numpy(), axis=1)
 
 
 HEADS_FORMAT = "mr2probe.heads/1"
@@ -426,7 +417,8 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
         return runs, preds, saved
     specs = expand_runs(stack_methods, [seed], cfg.train)
     t0 = time.time()
-    trained = train_stack(data, specs, cfg.train, log, description=f"sweep {len(stack_methods)} methods", bar=bar)
+    trained = train_stack(data, specs, cfg.train, log, description=f"sweep {len(stack_methods)} methods", bar=bar,
+                          select=cfg.select)
     wall = time.time() - t0
     val_logits = trained.predict(data.val_x)
     scores = select_scores(val_logits, data.val_y, data.num_classes, cfg.select)
@@ -440,12 +432,16 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
         val_pred = val_logits[best].argmax(-1).cpu().numpy()
         yt, yv = test[1].cpu().numpy(), data.val_y.cpu().numpy()
         acc = per_class_accuracy(test_pred, yt, data.num_classes)
+        ckpt = trained.checkpoint_step is not None  # the checkpoints rule: each head holds its best checkpoint
         run = {"method": method, "seed": seed, "hparams": trained.specs[best].params,
                "val_score": float(scores[best]), "select": cfg.select,
                "test_acc": float((test_pred == yt).mean()),
                "per_class_acc": acc.tolist(),
                "val_per_class_acc": per_class_accuracy(val_pred, yv, data.num_classes).tolist(),
-               "grid": [{"hparams": trained.specs[i].params, "val_score": float(scores[i])} for i in heads],
+               "grid": [{"hparams": trained.specs[i].params, "val_score": float(scores[i]),
+                         **({"checkpoint_step": trained.checkpoint_step[i]} if ckpt else {})} for i in heads],
+               **({"checkpoint_step": trained.checkpoint_step[best],
+                   "checkpoint_val_scores": [float(v) for v in trained.checkpoint_scores[:, best]]} if ckpt else {}),
                "stack_wall_time_s": round(wall, 2), **trained.info[best]}
         runs.append(run)
         preds[f"{method}/{seed}"] = test_pred.astype(np.int16 if data.num_classes < 32000 else np.int32)
@@ -488,6 +484,9 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         rows = select_rows(y_train, cfg.profile, e, data.num_classes, fs.class_names)
         episodes[e] = {"episode": e, "rows": rows, "draw_seed": draw_seed(cfg.profile.seed, e),
                        "train_class_counts": np.bincount(y_train[rows], minlength=data.num_classes).tolist()}
+    # the checkpoints rule: a --max-steps below the floor fails here, before anything is written
+    checkpoints = {e: checkpoint_steps(len(ep["rows"]), cfg.train) for e, ep in episodes.items()} \
+        if cfg.train.budget_rule == "checkpoints" else None
     out = Path(cfg.out)
     try:
         (out / "parts").mkdir(parents=True, exist_ok=True)
@@ -571,7 +570,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         log(FINISHED_BEFORE)
         return done
     mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
-    steps = {e: int(np.prod(budget(len(episodes[e]["rows"]), cfg.train))) for e in episodes}
+    steps = {e: train_steps(len(episodes[e]["rows"]), cfg.train) for e in episodes}
     heads = len(expand_runs([m for m in cfg.methods if m not in REFERENCE_PROBES], [0], cfg.train))
 
     def train_part(job_cfg: ExperimentConfig, key: str, seed: int, ep: int, part: Path, part_npz: Path,
@@ -623,6 +622,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     order = {m: i for i, m in enumerate(cfg.methods + [null_name(reference)])}
     runs.sort(key=lambda r: (order[r["method"]], r["seed"]))
     epochs, per_epoch = budget(len(episodes[0]["rows"]), cfg.train)
+    if checkpoints:  # trained to the last checkpoint; each run's own step is its checkpoint_step
+        epochs = checkpoints[0][-1] // per_epoch
     results = {
         "mr2probe_version": __version__,
         "class_names": fs.class_names,
@@ -632,7 +633,9 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         "budget": {"steps": epochs * per_epoch, "epochs": epochs, "steps_per_epoch": per_epoch,
                    "min_steps": cfg.train.min_steps, "batch_size": cfg.train.batch_size,
                    "rule": BUDGET_RULES[cfg.train.budget_rule],
-                   **({"calibration": calibration} if calibration else {})},
+                   **({"calibration": calibration} if calibration else {}),
+                   **({"checkpoints": checkpoints[0], "floor_steps": checkpoints[0][0],
+                       "max_steps": cfg.train.max_steps} if checkpoints else {})},
         "profile": profile,
         "train_class_counts": episodes[0]["train_class_counts"],
         "episodes": [{k: v for k, v in ep.items() if k != "rows"} for ep in episodes.values()],

@@ -27,7 +27,9 @@ from statistics import NormalDist
 import numpy as np
 
 COLUMNS = ["All", "mAcc", "Easy", "Medium", "Hard", "Worst", "Worst10", "Std", "Gap"]
-DELTA_COLUMNS = ["ΔHard", "ΔEasy", "ΔAll"]
+DELTA_COLUMNS = ["ΔHard", "ΔEasy", "ΔAll", "ΔWorst", "ΔGap"]
+DELTA_OF = {"ΔHard": "Hard", "ΔEasy": "Easy", "ΔAll": "All", "ΔWorst": "Worst", "ΔGap": "Gap"}
+"""Each Δ column and the column it is the difference of (method − reference, paired replicate by replicate)."""
 
 
 def null_name(reference: str) -> str:
@@ -146,6 +148,46 @@ class Bootstrap:
         """T_b: the per-draw statistics averaged over the seeds' prediction vectors."""
         per = [self.stats(p) for p in preds]
         return {k: np.mean([d[k] for d in per], axis=0) for k in self.STATS}
+
+    def _weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per fold: how often each scored row is drawn in each draw, W [draws, n_f] (float32, exact integers),
+        and the rows' classes; built once, from the same draws as :meth:`stats`."""
+        if not hasattr(self, "_w"):
+            self._w = []
+            for f, idx in zip(self.folds, self.idx):
+                pos = np.searchsorted(f.rows, idx)  # idx holds rows of f.rows: their positions
+                n = len(f.rows)
+                w = np.bincount((np.arange(len(idx))[:, None] * n + pos).ravel(), minlength=len(idx) * n)
+                self._w.append((w.reshape(len(idx), n).astype(np.float32), f.rows))
+        return self._w
+
+    def rows(self, preds: list[np.ndarray], y: np.ndarray, groups: list[list[Groups]] | None = None
+             ) -> dict[str, np.ndarray]:
+        """Per draw and prediction vector ([draws, R], points of %): All, Hard, Easy, Worst, Gap of each of the R
+        vectors ``preds`` (labels ``y``), averaged over the folds. ``groups[r]`` (one :class:`Groups` per fold)
+        replace the folds' own groups for vector r, so that every replicate can be scored with groups ranked
+        without it. Per-class hits of every draw from one matrix product: hits = W · (onehot(y) ⊙ correct)."""
+        k = self.shape[1]
+        groups = groups or [[f.groups for f in self.folds]] * len(preds)
+        out = {c: np.zeros((self.shape[0], len(preds))) for c in ("All", "Hard", "Easy", "Worst", "Gap")}
+        for fi, ((w, rows), total) in enumerate(zip(self._weights(), self.total)):
+            yy = y[rows]
+            onehot = np.eye(k, dtype=np.float32)[yy]  # [n_f, K]
+            correct = np.stack([p[rows] == yy for p in preds], axis=1).astype(np.float32)  # [n_f, R]
+            hits = (w @ (onehot[:, None, :] * correct[:, :, None]).reshape(len(rows), -1)).reshape(
+                self.shape[0], len(preds), k)  # [B, R, K]
+            with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a draw without any image of a group: NaN
+                acc = hits / total[:, None, :]
+                masks = [(np.isin(np.arange(k), g[fi].hard), np.isin(np.arange(k), g[fi].easy)) for g in groups]
+                hard = np.stack([np.nanmean(acc[:, r][:, m[0]], axis=1) for r, m in enumerate(masks)], axis=1)
+                easy = np.stack([np.nanmean(acc[:, r][:, m[1]], axis=1) for r, m in enumerate(masks)], axis=1)
+                out["Worst"] += np.nanmin(acc, axis=2)
+            out["Hard"] += hard
+            out["Easy"] += easy
+            out["Gap"] += easy - hard
+            out["All"] += hits.sum(2) / len(rows)
+        return {c: 100.0 * v / len(self.folds) for c, v in out.items()}
 
     @staticmethod
     def cis(t: dict[str, np.ndarray], ref: dict[str, np.ndarray] | None = None) -> dict[str, list[float]]:

@@ -3,30 +3,64 @@
 Per element (Loshchilov & Hutter's decoupled AdamW, as torch.optim.AdamW):
     m ← β₁ m + (1−β₁) g,   v ← β₂ v + (1−β₂) g²,
     θ ← θ (1 − η_t λ) − η_t · (m / (1−β₁ᵗ)) / (√(v / (1−β₂ᵗ)) + ε),
-with η_t = η · ½(1 + cos(π t / T)) (cosine schedule, no warm-up). Being elementwise, a head updated inside
-a stack moves exactly as it would alone.
+with η_t = η · f(t), no warm-up, where step t = 0, 1, … uses the cosine schedule with warm restarts (SGDR,
+Loshchilov & Hutter 2017) whose cycles end at e₁ < e₂ < … < e_C = T (e₀ = 0):
+    f(t) = ½(1 + cos(π (t − e_{c−1}) / (e_c − e_{c−1})))   for e_{c−1} ≤ t < e_c,   f(t) = 0 for t ≥ T.
+One cycle (ends [T]) is the plain cosine schedule ½(1 + cos(π t / T)). Every cycle's last step has f ≈ 0, so the
+model at each e_c is annealed; the moments m, v and the step count t run on across restarts. Being elementwise,
+a head updated inside a stack moves exactly as it would alone.
 """
 from __future__ import annotations
 
+import bisect
 import math
+from typing import Sequence
 
 import torch
 
 
+def cosine_restarts(t: int, ends: Sequence[int]) -> float:
+    """f(t) of the module docstring: ½(1 + cos(π (t − e_{c−1}) / (e_c − e_{c−1}))) in the cycle c holding step t
+    (e_{c−1} ≤ t < e_c, e₀ = 0), 0 from the last end on. ``ends``: increasing cycle ends e₁ < … < e_C."""
+    c = bisect.bisect_right(ends, t)
+    if c == len(ends):
+        return 0.0
+    start = ends[c - 1] if c else 0
+    return 0.5 * (1.0 + math.cos(math.pi * (t - start) / (ends[c] - start)))
+
+
+def restart_ends(checkpoints: Sequence[int]) -> list[int]:
+    """``checkpoints`` as cycle ends e₁ < … < e_C (e₁ ≥ 1), checked: checkpoints F, 2F, 4F, … give cycles of F, F, 2F,
+    4F, … steps, each ending at a checkpoint."""
+    ends = [int(c) for c in checkpoints]
+    if not ends or ends[0] < 1 or any(b <= a for a, b in zip(ends, ends[1:])):
+        raise ValueError(f"cycle ends must increase from ≥ 1, got {ends}")
+    return ends
+
+
 class StackedAdamW:
-    """``groups``: list of (parameters with leading axis h, lr [h], weight decay [h])."""
+    """``groups``: list of (parameters with leading axis h, lr [h], weight decay [h]). The schedule: one cosine
+    cycle of ``total_steps``, or warm restarts with cycles ending at ``cycle_ends`` (then ``total_steps`` is their
+    last end)."""
 
     def __init__(self, groups: list[tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]],
-                 total_steps: int, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+                 total_steps: int | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 cycle_ends: Sequence[int] | None = None) -> None:
         self.groups = [(ps, lr, wd) for ps, lr, wd in groups if ps]
-        self.total_steps, self.betas, self.eps, self.t = max(total_steps, 1), betas, eps, 0
+        if cycle_ends is None:
+            if total_steps is None:
+                raise ValueError("StackedAdamW needs total_steps or cycle_ends")
+            cycle_ends = [max(total_steps, 1)]
+        self.cycle_ends = restart_ends(cycle_ends)
+        self.total_steps, self.betas, self.eps, self.t = self.cycle_ends[-1], betas, eps, 0
         self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for ps, _, _ in self.groups for p in ps}
         # one scratch tensor per parameter, reused every step: a step allocates nothing of the parameter's size
         # (fresh multi-MB buffers cost page faults on every step of a large stack)
         self.scratch = {id(p): torch.empty_like(p) for ps, _, _ in self.groups for p in ps}
 
     def lr_factor(self) -> float:
-        return 0.5 * (1.0 + math.cos(math.pi * min(self.t, self.total_steps) / self.total_steps))
+        """f(t) of the schedule at the coming step t."""
+        return cosine_restarts(self.t, self.cycle_ends)
 
     def zero_grad(self) -> None:
         for ps, _, _ in self.groups:

@@ -38,10 +38,13 @@ import pandas as pd
 from .atomic import atomic_text
 from .errors import UserError
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
+from .inference import RULE, VERDICTS
 from .summary import (CI_NAMES, GRID_EDGE_RISE, Summary, best_of, cross_run, hard_set_stability, over_runs,
                       summarize)
 
-CI_COLUMNS = [f"{c} 95% CI" for c in CI_NAMES]  # the displayed CI columns, one per Summary CI
+CI_COLUMNS = [f"{c} 95% CI" for c in CI_NAMES]  # the CI columns, one per Summary CI
+SHOWN_CI = [f"{c} 95% CI" for c in ("All", "Hard", "ΔHard", "ΔEasy", "ΔAll")]  # the CIs in the markdown table
+Q_COLUMN, VERDICT_COLUMN = "ΔHard q", "verdict"  # BH q of ΔHard over the table's methods; its verdict
 PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
 
 
@@ -94,11 +97,16 @@ def _fmt(m: float, sd: float, signed: bool) -> str:
 def cell(s: Summary, method: str, col: str) -> str:
     """One displayed cell of any table column: "m ± sd", a CI "[lo, hi]", Sig "up / down", "—" for the
     reference's Δ and Sig cells, "" where the method has no value (an instrument without test predictions)."""
-    if method == s.reference and (col.startswith("Δ") or col == SIG_COLUMN):
+    if method == s.reference and (col.startswith("Δ") or col in (SIG_COLUMN, VERDICT_COLUMN)):
         return "—"
     if col in CI_COLUMNS:
         v = s.ci.get(method, {}).get(col.replace(" 95% CI", ""))
         return f"[{v[0]:.1f}, {v[1]:.1f}]" if v else ""
+    if col == Q_COLUMN:
+        q = s.q(method)
+        return "" if q is None else (f"{q:.3f}" if q >= 0.001 else "<0.001")
+    if col == VERDICT_COLUMN:
+        return s.verdict(method) or ""
     if col == SIG_COLUMN:
         counts = s.sig_counts(method)
         return f"{counts[0]} / {counts[1]}" if counts else ""
@@ -108,7 +116,7 @@ def cell(s: Summary, method: str, col: str) -> str:
 
 
 def table_columns(s: Summary) -> list[str]:
-    return COLUMNS + DELTA_COLUMNS + s.instrument_columns() + (CI_COLUMNS if s.ci else [])
+    return COLUMNS + DELTA_COLUMNS + s.instrument_columns() + (SHOWN_CI if s.ci else []) + [Q_COLUMN, VERDICT_COLUMN]
 
 
 def shown(s: Summary, cols: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -135,9 +143,10 @@ def html_table(text: pd.DataFrame, bold: pd.DataFrame) -> str:
 
 
 def footnotes(s: Summary) -> list[str]:
-    """The lines printed under every table: the minimum detectable ΔHard, the stability of the hard set over
-    the reference's seeds, and what the instrument columns mean (or that they need predictions)."""
-    lines = [mde_line(s)]
+    """The lines printed under every table: the inference rule and the verdicts, the minimum detectable ΔHard,
+    the stability of the hard set over the reference's seeds, and what the instrument columns mean (or that they
+    need predictions)."""
+    lines = [inference_line(s), mde_line(s)]
     st = s.seed_stability
     if st.get("value") is not None:
         lines.append(f"Hard-set stability across seeds ({s.reference}, each seed ranked on its own {st['ranked_on']} "
@@ -228,8 +237,23 @@ def mde_line(s: Summary) -> str:
     if s.mde is not None and np.isfinite(s.mde["value"]):
         return (f"Minimum detectable ΔHard (80% power, α = 0.05): {s.mde['value']:.2f} points "
                 f"({s.mde['describe']})")
-    return ("Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 seeds or predictions.npz, and "
-            "hard classes)")
+    return ("Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 replicates or predictions.npz, "
+            "and hard classes)")
+
+
+def inference_line(s: Summary) -> str:
+    """How the CIs, q-values and verdicts were made, and the count of each verdict of ΔHard."""
+    counts = pd.Series([s.verdict(m) for m in s.methods if m not in (s.reference, s.null)]).value_counts()
+    told = ", ".join(f"{n} {v}" for v, n in counts.items() if v) or "none"
+    groups = ("each replicate pair scored with groups ranked on the reference's other replicates" if s.loo_groups
+              else f"groups ranked on {s.group_on}")
+    null = ""
+    e = s.inference.get(s.null or "", {}).get("ΔHard", {})
+    if s.verdict(s.null or "") and e.get("ci", [None])[0] is not None:
+        null = (f"; null control ΔHard {e['estimate']:+.2f} [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}] "
+                f"({s.verdict(s.null)})")
+    return (f"Inference: {RULE}; {groups}. Verdicts of ΔHard (BH q < 0.05 over the table's methods: better / worse; "
+            f"else TOST at ±{s.margin:g} points: equivalent; else inconclusive): {told}{null}")
 
 
 def to_markdown(s: Summary) -> str:
@@ -263,7 +287,7 @@ def to_latex(s: Summary) -> str:
     """A booktabs table (protocol columns, Δs and the instrument columns, no CIs) in a ``table`` float, rendered by
     pandas' ``Styler.to_latex``; the lines under the table (minimum detectable ΔHard, hard-set stability) in its
     caption; needs booktabs and graphicx."""
-    text, bold = shown(s, COLUMNS + DELTA_COLUMNS + s.instrument_columns())
+    text, bold = shown(s, COLUMNS + DELTA_COLUMNS + s.instrument_columns() + [Q_COLUMN, VERDICT_COLUMN])
     text, bold = text.reset_index(), bold.reset_index().assign(method=False)
     styler = (text.style.hide(axis="index").format(_latex_cell).format_index(latex_escape, axis=1)
               .apply(lambda d: bold.replace({True: "textbf:--rwrap;", False: ""}), axis=None))
@@ -281,7 +305,8 @@ def to_html_table(s: Summary) -> str:
     return html_table(*shown(s, table_columns(s)))
 
 
-COMPACT_COLUMNS = ["All", "Hard", "Worst", "ΔHard", "ΔEasy", "ΔHard 95% CI", "HardPrec", "Sig↑/↓"]
+COMPACT_COLUMNS = ["All", "Hard", "Worst", "ΔHard", "ΔEasy", "ΔHard 95% CI", Q_COLUMN, VERDICT_COLUMN, "HardPrec",
+                   "Sig↑/↓"]
 
 
 def terminal_table(s: Summary, width: int = 200) -> str:
@@ -346,11 +371,12 @@ class RunReport:
 
 
 def report_run(run_dir: str | Path, group_on: str = "val", plots: bool = False, html_file: bool = False,
-               null: bool = True) -> RunReport:
-    """Write table.md/.csv/.tex and summary.json (and, if asked, the PNG plots and report.html) into ``run_dir``."""
+               null: bool = True, margin: float = 1.0) -> RunReport:
+    """Write table.md/.csv/.tex and summary.json (and, if asked, the PNG plots and report.html) into ``run_dir``;
+    ``margin``: the equivalence margin of the verdicts (points)."""
     run_dir = Path(run_dir)
     results = load_results(run_dir)
-    s = summarize(results, load_predictions(run_dir), group_on, null)
+    s = summarize(results, load_predictions(run_dir), group_on, null, margin)
     hard = [s.class_names[i] for i in s.groups.hard]
     md = to_markdown(s) + f"\nHard classes ({s.reference}, ranked on {group_on}"
     md += f", first half): {', '.join(hard)}; second half: " \
@@ -399,7 +425,7 @@ def stability_markdown(stability: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-CROSS_RUN_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard", "ΔEasy"]  # + the instruments + the ΔHard CI
+CROSS_RUN_COLUMNS = ["All", "Hard", "Worst", "ΔAll", "ΔHard", "ΔEasy"]  # + the instruments, the ΔHard CI, q, verdicts
 
 
 @dataclass
@@ -416,10 +442,12 @@ class CrossRun:
     numbers: pd.DataFrame  # summary.csv: cross_run rows (scope "run") then over_runs rows (scope "mean")
 
     HEADER = ("per run: mean ± sample SD over seeds (ddof = 1, points of %), Δ = method − the run's reference "
-              "paired by seed, ΔHard 95% CI: bootstrap of the seed mean over test images; best per column in bold "
-              "within each run; `(null)` rows: the reference trained again on disjoint seeds (what no effect looks "
-              "like). Averages: each method's seed-mean Δ averaged over the runs that have it (± sample SD over "
-              "runs) and the number of runs whose ΔHard CI lies above / below 0.")
+              f"paired by replicate; {RULE}; q: BH over the run's methods, q (all): BH over every method × run of "
+              "this summary, each with its verdict of ΔHard (better / worse at q < 0.05, else equivalent by TOST "
+              "at the run's margin, else inconclusive); best per column in bold within each run; `(null)` rows: the "
+              "reference trained again on disjoint seeds (what no effect looks like). Averages: each method's "
+              "replicate-mean Δ averaged over the runs that have it (± sample SD over runs) and how many runs give "
+              "each verdict (all).")
 
 
 def cross_run_summary(items: Sequence[tuple[str, Summary]]) -> CrossRun:
@@ -427,7 +455,8 @@ def cross_run_summary(items: Sequence[tuple[str, Summary]]) -> CrossRun:
     summary.md)."""
     summaries = [s for _, s in items]
     instruments = list(dict.fromkeys(c for s in summaries for c in s.instrument_columns()))
-    cols = CROSS_RUN_COLUMNS + instruments + (["ΔHard 95% CI"] if any(s.ci for s in summaries) else [])
+    cols = CROSS_RUN_COLUMNS + instruments + (["ΔHard 95% CI"] if any(s.ci for s in summaries) else []) + [
+        Q_COLUMN, VERDICT_COLUMN]
     texts, bolds = [], []
     for label, s in items:
         text, bold = shown(s, cols)
@@ -440,11 +469,15 @@ def cross_run_summary(items: Sequence[tuple[str, Summary]]) -> CrossRun:
         bolds.append(bold.set_index(run, append=True).swaplevel())
     text, bold = pd.concat(texts), pd.concat(bolds)
     numbers = cross_run(items)
+    q_all = numbers["ΔHard_q_all"].to_numpy(dtype=float)
+    text["q (all)"] = ["" if not np.isfinite(q) else (f"{q:.3f}" if q >= 0.001 else "<0.001") for q in q_all]
+    text["verdict (all)"] = numbers["ΔHard_verdict_all"].to_numpy()
+    bold["q (all)"] = bold["verdict (all)"] = False
     means = over_runs(numbers)
     m_text = pd.DataFrame({"runs": means["runs"].astype(str)}, index=means.index)
     for c in DELTA_COLUMNS:
         m_text[c] = [_fmt(v, sd, True) for v, sd in zip(means[c], means[f"{c}_sd"])]
-    for c in ("ΔHard CI > 0", "ΔHard CI < 0"):
+    for c in VERDICTS:
         if c in means:
             m_text[c] = means[c].astype(int).astype(str)
     nulls = {s.null for s in summaries if s.null}
@@ -536,7 +569,7 @@ def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None, cross_p
 
 
 def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: str | Path | None = None,
-               html_file: bool = False, plots: bool = True, null: bool = True) -> str:
+               html_file: bool = False, plots: bool = True, null: bool = True, margin: float = 1.0) -> str:
     """The ``mr2probe report`` command: per-run files, then (several runs or ``summary`` given) the summary across
     runs. Returns the text to print: each run's compact table (:func:`terminal_table`) and what was written. With
     ``html_file``: one run → RUN_DIR/report.html; several → report.html beside the summary files, holding the
@@ -544,7 +577,7 @@ def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: s
     dirs = [Path(d) for d in run_dirs]
     for d in dirs:  # fail before writing anything
         load_results(d)
-    reports = [report_run(d, group_on, plots, html_file and len(dirs) == 1, null) for d in dirs]
+    reports = [report_run(d, group_on, plots, html_file and len(dirs) == 1, null, margin) for d in dirs]
     out = []
     for rep in reports:
         out += [terminal_table(rep.summary).rstrip("\n")] + rep.notes

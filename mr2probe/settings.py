@@ -21,7 +21,12 @@ from .errors import UserError
 
 KINDS = ("int", "float", "bool", "str", "floats", "size", "device")
 NO_ESTIMATOR = object()  # a setting the estimators do not take
-GROUPS_ON = {"val": "the reference's val accuracy (mean over seeds), scored on all of test",
+GROUPS_ON = {"val": "the reference's val accuracy, leave one replicate out: each replicate pair (method, reference) "
+                    "is scored on all of test with groups ranked on the mean val accuracy of the reference's other "
+                    "replicates (other episodes when there are several), so no replicate ranks its own groups",
+             "val-pooled": "the reference's val accuracy (mean over all its replicates), scored on all of test: "
+                           "the reference's own val noise chooses its hard classes (biased against it by "
+                           "regression to the mean)",
              "crossfit": "the reference's accuracy on one class-stratified half of test (mean over seeds), scored "
                          "on the other half, and swapped; the two halves averaged",
              "test": "the reference's test accuracy (mean over seeds), scored on the same test images: biased, "
@@ -34,7 +39,10 @@ BUDGET_RULES = {"floor": "max(epochs · ⌈N_train / batch⌉, min_steps) optimi
                 "reach-logreg": "min_steps doubled from the floor until the reference's best val score is within "
                                 f"{EXACT_PROBE_TOLERANCE:g} point of {EXACT_PROBE}'s (C on val) or max_steps is "
                                 "reached, on the first seed and episode; then the floor rule with that min_steps, "
-                                "the same for every method"}
+                                "the same for every method",
+                "checkpoints": "one run per seed stack to the largest of the checkpoints F·2ⁱ ≤ max_steps (F the floor "
+                               "budget), a cosine schedule restarted at each; every head keeps its best checkpoint on "
+                               "val, so each method's budget is selected on val with its other hyperparameters"}
 """How a run's step budget is set (``budget_rule``); the default is the first."""
 
 
@@ -106,11 +114,14 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
             "steps, the same for every method (no epoch is picked on test).", estimator=30),
     Setting("min_steps", "int", 1000, "Floor of the training budget in optimiser steps, so small and few-shot sets "
             "converge (0 = epochs alone).", estimator=1000),
-    Setting("budget_rule", "str", "floor", "Step budget: floor (max(epochs · ⌈N/batch_size⌉, min_steps)) or "
+    Setting("budget_rule", "str", "floor", "Step budget: floor (max(epochs · ⌈N/batch_size⌉, min_steps)), "
             f"reach-logreg (min_steps doubled until the reference's val score is within {EXACT_PROBE_TOLERANCE:g} "
-            f"point of {EXACT_PROBE}'s, up to max_steps; protocol: the reference must not be under-fit).",
+            f"point of {EXACT_PROBE}'s, up to max_steps; protocol: the reference must not be under-fit) or "
+            "checkpoints (one run with checkpoints at the floor ×1, ×2, ×4, … ≤ max_steps, cosine warm restarts "
+            "ending at each; the checkpoint is selected on val per method like lr).",
             choices=tuple(BUDGET_RULES)),
-    Setting("max_steps", "int", 32000, "Ceiling of the reach-logreg budget rule in optimiser steps."),
+    Setting("max_steps", "int", 32000, "Ceiling in optimiser steps of the reach-logreg budget rule and of the "
+            "checkpoints rule's last checkpoint."),
     Setting("batch_size", "int", 512, "Training batch size.", estimator=512),
     Setting("lr", "floats", (1e-3, 1e-2), "Learning-rate grid, selected on val.", estimator=None),
     Setting("wd", "floats", (1e-4, 1e-1), "AdamW (decoupled) weight-decay grid, selected on val.", estimator=None),
@@ -128,8 +139,12 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
     Setting("reference", "str", "ce", "Method that defines the hard / medium / easy groups and the Δ columns."),
     Setting("null", "bool", True, "Train the null control: the reference again on seeds N..2N-1, scored like a "
             "method."),
-    Setting("groups_on", "str", "val", "Rank the groups on val (default), crossfit (halves of test, swapped) or "
-            "test (biased; as many papers do).", choices=tuple(GROUPS_ON)),
+    Setting("groups_on", "str", "val", "Rank the groups on val, leaving each replicate out of its own "
+            "ranking (default), val-pooled (all replicates), crossfit (halves of test, swapped) or test (biased; as "
+            "many papers do).", choices=tuple(GROUPS_ON)),
+    Setting("equivalence_margin", "float", 1.0, "Equivalence margin m of the tables' verdicts, in points: a method "
+            "is 'equivalent' to the reference when the TOST at ±m rejects (its 90% CI inside ±m) and the difference "
+            "is not significant."),
     Setting("episodes", "int", 1, "Seeded draws of a training profile, averaged like seeds (e.g. --train-profile "
             "shots:5 --episodes 5)."),
     Setting("profile_seed", "int", 0, "Seed of the training profile's class order and draws."),

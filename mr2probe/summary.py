@@ -15,15 +15,17 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
-from .metrics import (COLUMNS, DELTA_COLUMNS, INSTRUMENT_COLUMNS, SIG_COLUMN, Z_ALPHA, Z_POWER, Bootstrap,
-                      Fold, Groups, class_groups, confusion, disparity_row, hard_instruments, jaccard_matrix,
-                      mean_pairwise_jaccard, minimum_detectable, null_name, per_class_accuracy,
-                      per_class_paired_test, precision_per_class, prediction_rate, stratified_halves)
+from .inference import RULE, VERDICTS, Effect, two_stage, verdicts
+from .inference import label as verdict_label
+from .metrics import (COLUMNS, DELTA_COLUMNS, DELTA_OF, INSTRUMENT_COLUMNS, SIG_COLUMN, Bootstrap, Fold, Groups,
+                      bh_qvalues, class_groups, confusion, disparity_row, hard_instruments, jaccard_matrix,
+                      mean_pairwise_jaccard, null_name, per_class_accuracy, per_class_paired_test,
+                      precision_per_class, prediction_rate, stratified_halves)
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, TRAIN
 
-LOWER_IS_BETTER = frozenset({"Std", "Gap"})
-HIGHER_IS_BETTER = frozenset(set(COLUMNS) - LOWER_IS_BETTER) | frozenset(DELTA_COLUMNS) | {"HardPrec"}
-CI_NAMES = ["All", "Hard", "ΔHard", "ΔEasy", "ΔAll"]  # the columns with a bootstrap CI (``Summary.ci``)
+LOWER_IS_BETTER = frozenset({"Std", "Gap", "ΔGap"})
+HIGHER_IS_BETTER = frozenset(set(COLUMNS + DELTA_COLUMNS) - LOWER_IS_BETTER) | {"HardPrec"}
+CI_NAMES = ["All", "Hard"] + DELTA_COLUMNS  # the columns with a CI (``Summary.ci``, :mod:`~mr2probe.inference`)
 SIG_Q = 0.05  # q-value threshold of the Sig↑/↓ counts
 TOP_CONFUSIONS = 3
 INSTRUMENTS_DEFINITIONS = {
@@ -43,11 +45,8 @@ INSTRUMENTS_DEFINITIONS = {
                     "(sign) test on b_k = #{d_i > 0}, c_k = #{d_i < 0} (one seed: McNemar on the discordant pairs); "
                     "q = Benjamini-Hochberg over the K classes; Sig↑/↓ = #classes with q < 0.05 and delta_acc > 0 "
                     "/ < 0",
-    "mde": "MDE = (z_0.975 + z_0.8) × SE(ΔHard) ≈ 2.80 × SE, SE of the table's seed-mean ΔHard, the first of: "
-           "null control: SD over its S ≥ 2 seeds (ddof = 1) of its per-seed ΔHard / √S; null control, bootstrap: "
-           "bootstrap SD of its seed-mean ΔHard; reference: √2 × SD over S ≥ 2 seeds of the reference's Hard / √S; "
-           "reference, bootstrap: √2 × bootstrap SD of the reference's seed-mean Hard (ignores pairing, "
-           "conservative); 'alternatives': each one computable",
+    "mde": "MDE = (t_0.975,ν + t_0.8,ν) × SE(ΔHard), SE and ν of the two-stage rule (mr2probe.inference), per "
+           "method; the table's value is the null control's",
     "hard_set_stability": "mean over seed pairs of the Jaccard index |A ∩ B| / |A ∪ B| of the reference's per-seed "
                           "hard sets (each seed's classes ranked on its own val accuracy, bottom ⌊K/3⌋)",
 }
@@ -84,6 +83,16 @@ class Summary:
     seed_stability: dict[str, Any] = field(default_factory=dict)  # Jaccard of the reference's per-seed hard sets
     grid_edges: list[dict[str, Any]] = field(default_factory=list)  # choices at an end of their val grid
     reference_check: dict[str, Any] | None = None  # the reference's All against logreg's (reference_probe_check)
+    inference: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # method → column → effect
+    margin: float = 1.0  # the equivalence margin (points)
+    loo_groups: bool = False  # each replicate pair scored with groups ranked without it
+
+    def verdict(self, method: str, col: str = "ΔHard") -> str | None:
+        """better / worse / equivalent / inconclusive of a Δ column, None for the reference or without one."""
+        return self.inference.get(method, {}).get(col, {}).get("verdict")
+
+    def q(self, method: str, col: str = "ΔHard") -> float | None:
+        return self.inference.get(method, {}).get(col, {}).get("q")
 
     def instrument_columns(self) -> list[str]:
         """The instrument columns this table has: HardPrec, HardRate where some method has test predictions,
@@ -121,8 +130,7 @@ class Summary:
                 "groups": self.groups.as_dict(),
                 "fold_groups": [f.groups.as_dict() for f in self.folds] if self.group_on == "crossfit" else None,
                 "spread": "sample standard deviation over seeds (ddof = 1)",
-                "ci": "95% percentile bootstrap of the seed mean: 1000 draws of test images (seed 0) shared by all "
-                      "seeds and methods, each draw averaging the per-seed statistic",
+                "ci": RULE, "equivalence_margin": self.margin, "inference": self.inference,
                 "mean": self.mean, "std": self.std, "ci_values": self.ci, "seeds": self.seeds,
                 "minimum_detectable_delta_hard": self.mde, "hard_set_stability_seeds": self.seed_stability,
                 "grid_edges": self.grid_edges, "reference_check": self.reference_check,
@@ -153,6 +161,11 @@ class Summary:
             for c in CI_NAMES:
                 for i, b in enumerate(("lo", "hi")):
                     df[f"{c}_ci_{b}"] = [self.ci.get(m, {}).get(c, [np.nan] * 2)[i] for m in self.methods]
+        for c in DELTA_COLUMNS:
+            for key in ("p", "q") + (("se", "se_train", "se_image", "df", "mde", "p_equiv", "q_equiv")
+                                     if c == "ΔHard" else ()):
+                df[f"{c}_{key}"] = [_num(self.inference.get(m, {}).get(c, {}).get(key)) for m in self.methods]
+            df[f"{c}_verdict"] = [self.verdict(m, c) or "" for m in self.methods]
         return df
 
     def best(self, col: str) -> set[str]:
@@ -165,8 +178,8 @@ class Summary:
         """What every table states: spread, groups and CIs."""
         null = f"; null control: `{self.null}`" if self.null else "; no null control in this run"
         return (f"mean ± sample SD over seeds (ddof = 1, %); groups from {self.reference} ranked on "
-                f"{self.group_on} ({GROUPS_ON[self.group_on]}){null}; CIs: 95% bootstrap of the seed mean over "
-                "test images")
+                f"{self.group_on} ({GROUPS_ON[self.group_on]}){null}; {RULE}; q: Benjamini–Hochberg over the "
+                f"table's methods; verdict of ΔHard at q < 0.05, equivalence by TOST at ±{self.margin:g} points")
 
 
 def best_of(values: dict[str, float], col: str) -> set[str]:
@@ -178,18 +191,34 @@ def best_of(values: dict[str, float], col: str) -> set[str]:
     return {m for m, v in shown.items() if v == target}
 
 
+def _replicate_clusters(runs: list[dict[str, Any]]) -> np.ndarray:
+    """Cluster id of each replicate: its episode when the runs span several episodes (replicates of one episode
+    share their training set), else its own index (seeds are independent draws)."""
+    episodes = np.array([int(r.get("episode", 0)) for r in runs])
+    return episodes if len(np.unique(episodes)) > 1 else np.arange(len(runs))
+
+
 def _folds(results: dict[str, Any], ref_runs: list[dict[str, Any]], y: np.ndarray | None,
-           predictions: dict[str, np.ndarray] | None, reference: str, group_on: str) -> tuple[list[Fold], np.ndarray]:
-    """The scored test rows and their groups, and the ranking accuracy shown (the first fold's)."""
+           predictions: dict[str, np.ndarray] | None, reference: str, group_on: str
+           ) -> tuple[list[Fold], np.ndarray, list[list[Fold]]]:
+    """The scored test rows and their groups as shown (pooled over the reference's replicates), the ranking
+    accuracy shown, and the folds that score each replicate pair: under ``val`` the groups of pair i are ranked on
+    the reference's replicates outside pair i's cluster (:func:`_replicate_clusters`); otherwise the shown ones."""
     k = len(results["class_names"])
     n_test = int(np.sum(results["test_class_counts"]))
     everything = np.arange(n_test)
-    if group_on in ("val", "test"):
+    if group_on in ("val", "val-pooled", "test"):
         key = "per_class_acc" if group_on == "test" else "val_per_class_acc"
         if any(key not in r for r in ref_runs):
             raise UserError(f"the reference runs have no {key}; train again or use --groups-on test")
-        rank = np.nanmean([r[key] for r in ref_runs], axis=0)
-        return [Fold(everything, class_groups(rank))], rank
+        accs = np.array([r[key] for r in ref_runs], dtype=float)
+        rank = np.nanmean(accs, axis=0)
+        shown = [Fold(everything, class_groups(rank))]
+        clusters = _replicate_clusters(ref_runs)
+        if group_on != "val" or len(np.unique(clusters)) < 2:
+            return shown, rank, [shown] * len(ref_runs)
+        loo = [[Fold(everything, class_groups(np.nanmean(accs[clusters != c], axis=0)))] for c in clusters]
+        return shown, rank, loo
     if y is None or any(f"{reference}/{r['seed']}" not in predictions for r in ref_runs):
         raise UserError("--groups-on crossfit needs predictions.npz with the reference's test predictions")
     halves = stratified_halves(y, seed=0)
@@ -199,19 +228,25 @@ def _folds(results: dict[str, Any], ref_runs: list[dict[str, Any]], y: np.ndarra
                         for r in ref_runs], axis=0)
         folds.append(Fold(score_rows, class_groups(rank)))
         ranks.append(rank)
-    return folds, ranks[0]
+    return folds, ranks[0], [folds] * len(ref_runs)
+
+
+INFERRED = ["All", "Hard"] + DELTA_COLUMNS  # the columns inferred by :func:`~mr2probe.inference.two_stage`
 
 
 def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None = None,
-              group_on: str = "val", null: bool = True) -> Summary:
-    """Groups from the reference (``group_on``: val, crossfit or test, :data:`GROUPS_ON`), then every column per
-    method: mean and sample SD (ddof = 1) over seeds, Δ to the reference paired seed by seed (the i-th seed of a
-    method with the reference's i-th), and bootstrap CIs of the seed means (:class:`Bootstrap`). ``null``: keep
-    the null control's rows (the reference on disjoint seeds) when the run has them. With test predictions also
-    the instruments (:data:`INSTRUMENTS_DEFINITIONS`): HardPrec / HardRate per seed like the other columns,
-    per-class precision and prediction rate, the hard classes' top confusions, per-class paired tests against
-    the reference with BH q-values; with or without them the minimum detectable ΔHard
-    (:func:`detectable_delta_hard`) and the hard-set stability over the reference's seeds (:func:`seed_stability`)."""
+              group_on: str = "val", null: bool = True, margin: float = TRAIN["equivalence_margin"].default
+              ) -> Summary:
+    """Groups from the reference (``group_on``, :data:`GROUPS_ON`; under ``val`` each replicate pair is scored with
+    groups ranked without it), then every column per method: mean and sample SD (ddof = 1) over replicates, Δ to
+    the reference paired replicate by replicate (the i-th run of a method by seed with the reference's i-th), and
+    for All, Hard and every Δ the two-stage inference of :mod:`~mr2probe.inference` (CI, p, TOST at ``margin``
+    points, MDE), with Benjamini–Hochberg q-values and a verdict per Δ column over the table's methods (the null
+    control its own family). ``null``: keep the null control's rows (the reference on disjoint seeds) when the run
+    has them. With test predictions also the instruments (:data:`INSTRUMENTS_DEFINITIONS`): HardPrec / HardRate
+    per seed like the other columns, per-class precision and prediction rate, the hard classes' top confusions,
+    per-class paired tests against the reference with BH q-values; with or without them the hard-set stability over
+    the reference's seeds (:func:`seed_stability`)."""
     TRAIN["groups_on"].check_choice(group_on, "--groups-on")
     by_method: dict[str, list[dict[str, Any]]] = {}
     for run in sorted(results["runs"], key=lambda r: r["seed"]):
@@ -226,42 +261,52 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     ref_runs = by_method[reference]
     y = predictions.get("test_labels") if predictions else None
     k = len(results["class_names"])
-    folds, rank_acc = _folds(results, ref_runs, y, predictions, reference, group_on)
+    folds, rank_acc, pair_folds = _folds(results, ref_runs, y, predictions, reference, group_on)
     counts = np.asarray(results["test_class_counts"], dtype=float)
-    if y is not None:  # fold-wise class counts (crossfit halves)
-        fold_counts = [np.bincount(y[f.rows], minlength=k).astype(float) for f in folds]
-    else:
-        fold_counts = [counts]
+    fold_counts = [np.bincount(y[f.rows], minlength=k).astype(float) for f in folds] if y is not None else [counts]
 
-    def row(run: dict[str, Any]) -> dict[str, float]:
-        """The protocol's columns for one run, averaged over folds (from predictions where a fold is a part)."""
-        if len(folds) == 1:
-            return disparity_row(np.asarray(run["per_class_acc"], dtype=float), folds[0].groups, counts)
+    def fold_list(i: int) -> list[Fold]:
+        return pair_folds[i] if i < len(pair_folds) else folds
+
+    def row(run: dict[str, Any], i: int) -> dict[str, float]:
+        """The protocol's columns for replicate i, averaged over its folds (from predictions where a fold is a
+        part of test)."""
+        fl = fold_list(i)
+        if len(fl) == 1:
+            return disparity_row(np.asarray(run["per_class_acc"], dtype=float), fl[0].groups, counts)
         pred = predictions.get(f"{run['method']}/{run['seed']}")
         if pred is None:
             raise UserError(f"--groups-on crossfit needs the test predictions of every run; predictions.npz has "
                             f"none for {run['method']}/{run['seed']}")
         rows = [disparity_row(per_class_accuracy(pred[f.rows], y[f.rows], k), f.groups, c)
-                for f, c in zip(folds, fold_counts)]
+                for f, c in zip(fl, fold_counts)]
         return {c: float(np.mean([r[c] for r in rows])) for c in rows[0]}
 
     def have_preds(runs: list[dict[str, Any]]) -> bool:
         return y is not None and all(f"{r['method']}/{r['seed']}" in predictions for r in runs)
 
     boot = Bootstrap(y, folds, k) if y is not None else None
-    ref_rows = [row(r) for r in ref_runs]
-    ref_t = boot.seed_mean([predictions[f"{reference}/{r['seed']}"] for r in ref_runs]) \
-        if boot is not None and have_preds(ref_runs) else None
+
+    def draws(runs: list[dict[str, Any]]) -> dict[str, np.ndarray] | None:
+        """Per column the image-bootstrap draws of every replicate, [B, R] (points), or None without predictions."""
+        if boot is None or not have_preds(runs):
+            return None
+        return boot.rows([predictions[f"{r['method']}/{r['seed']}"] for r in runs], y,
+                         [[f.groups for f in fold_list(i)] for i in range(len(runs))])
+
+    ref_rows = [row(r, i) for i, r in enumerate(ref_runs)]
+    ref_draws = draws(ref_runs)
     ins = _Instruments(y, folds, k, list(results["class_names"]))
     if y is not None and have_preds(ref_runs):
         ins.ref_correct = np.array([predictions[f"{reference}/{r['seed']}"] == y for r in ref_runs])
-    mean, std, ci, seeds, per_seed, accs, draws = {}, {}, {}, {}, {}, {}, {}
+    mean, std, ci, seeds, per_seed, accs, effects = {}, {}, {}, {}, {}, {}, {}
     for method, runs in by_method.items():
         accs[method] = np.array([r["per_class_acc"] for r in runs], dtype=float)
-        rows = [row(r) for r in runs]
+        rows = [row(r, i) for i, r in enumerate(runs)]
         cols = {c: np.array([rw[c] for rw in rows]) for c in COLUMNS}
-        for d, c in zip(DELTA_COLUMNS, ("Hard", "Easy", "All")):
-            cols[d] = np.array([rw[c] - ref_rows[i][c] if i < len(ref_rows) else np.nan for i, rw in enumerate(rows)])
+        n = min(len(rows), len(ref_rows))
+        for d, c in DELTA_OF.items():
+            cols[d] = np.array([rw[c] - ref_rows[i][c] if i < n else np.nan for i, rw in enumerate(rows)])
         if have_preds(runs):
             preds = [predictions[f"{method}/{r['seed']}"] for r in runs]
             cols.update(ins.add(method, preds, method != reference))
@@ -269,9 +314,16 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         std[method] = {c: sample_sd(v) for c, v in cols.items()}
         seeds[method] = [r["seed"] for r in runs]
         per_seed[method] = cols
-        if boot is not None and have_preds(runs):
-            draws[method] = ref_t if method == reference else boot.seed_mean(preds)
-            ci[method] = boot.cis(draws[method], ref_t if method != reference else None)
+        clusters = _replicate_clusters(runs)
+        mine = draws(runs) if method != reference else ref_draws
+        effects[method] = {c: two_stage(cols[c], clusters, None if mine is None else mine[c], margin)
+                           for c in ("All", "Hard")}
+        if method != reference:
+            for d, c in DELTA_OF.items():
+                diff = None if mine is None or ref_draws is None else mine[c][:, :n] - ref_draws[c][:, :n]
+                effects[method][d] = two_stage(cols[d][:n], clusters[:n], diff, margin)
+        ci[method] = {c: [e.ci[0], e.ci[1]] for c, e in effects[method].items()}
+    inference = _verdicts(effects, reference, null_method)
     prov = results.get("provenance", {})
     title = f"{prov.get('encoder', '?')} on {prov.get('dataset', '?')}, {results.get('head', '?')} head, " \
             f"adapter {results.get('adapter', 'none')}"
@@ -283,10 +335,29 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    dataset=str(prov.get("dataset", "?")), encoder=str(prov.get("encoder", "?")),
                    precision=ins.precision, pred_rate=ins.rate, share=ins.share, confusions=ins.confusions,
                    significance=ins.significance,
-                   mde=detectable_delta_hard(per_seed, draws, reference, null_method),
+                   mde=detectable_delta_hard(inference, null_method),
                    seed_stability=seed_stability(ref_runs, list(results["class_names"])),
                    grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}),
-                   reference_check=reference_probe_check(mean, reference, results.get("budget")))
+                   reference_check=reference_probe_check(mean, reference, results.get("budget")),
+                   inference=inference, margin=margin,
+                   loo_groups=group_on == "val" and pair_folds[0] is not folds)
+
+
+def _verdicts(effects: dict[str, dict[str, Effect]], reference: str, null: str | None
+              ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per method and inferred column: the effect (:class:`~mr2probe.inference.Effect` as a dict) and, for the Δ
+    columns, its BH q over the table's methods (the reference and the null control left out; the null control is
+    a family of its own), q_equiv and the verdict (:func:`~mr2probe.inference.verdicts`)."""
+    out = {m: {c: e.as_dict() for c, e in cols.items()} for m, cols in effects.items()}
+    for d in DELTA_COLUMNS:
+        for family in ([m for m in effects if m not in (reference, null)], [null] if null else []):
+            if not family:
+                continue
+            q, q_eq, verdict = verdicts([effects[m][d] for m in family], higher_is_better=d in HIGHER_IS_BETTER)
+            for m, qi, qe, v in zip(family, q, q_eq, verdict):
+                out[m][d].update(q=float(qi) if np.isfinite(qi) else None,
+                                 q_equiv=float(qe) if np.isfinite(qe) else None, verdict=v)
+    return out
 
 
 class _Instruments:
@@ -338,65 +409,32 @@ class _Instruments:
         return out
 
 
-def detectable_delta_hard(per_seed: dict[str, dict[str, np.ndarray]], draws: dict[str, dict[str, np.ndarray]],
-                          reference: str, null: str | None) -> dict[str, Any] | None:
-    """Minimum detectable ΔHard (points of %; 80% power, two-sided α = 0.05): MDE = (z_0.975 + z_0.8) · SE with
-    SE the standard error of the table's seed-mean ΔHard, from the first available of
-
-    1. ``null control``: SE = SD_null / √S, SD_null the sample SD (ddof = 1) of the null control's S ≥ 2 per-seed
-       ΔHard (its spread is what ΔHard looks like without an effect, on this test set) — but never below case 2:
-       a few seeds can agree by chance (ΔHard moves in steps of one test image; three seeds once gave SD 0), and
-       the MDE then claims a precision the test set does not have;
-    2. ``null control, bootstrap`` (one seed, or larger than case 1): SE = bootstrap SD of its seed-mean ΔHard
-       (the CIs' draws);
-    3. ``reference`` (no null control, S ≥ 2 reference seeds): SE = √2 · SD_ref(Hard) / √S — case 1 with the
-       null's per-seed ΔHard = Hard(null_s) − Hard(ref_s) of two independent seeds, each as variable as the
-       reference's;
-    4. ``reference, bootstrap`` (one reference seed): SE = √2 · bootstrap SD of the reference's seed-mean Hard.
-       This treats the two arms as scored on independent test sets and ignores the pairing on the same images,
-       so it over-states the MDE (on the Fashion-MNIST × EfficientNet-Lite0 run about 12× case 1);
-
-    None when none applies. ``alternatives`` holds every one that can be computed, to compare."""
-    factor = Z_ALPHA + Z_POWER
-    alt: dict[str, float] = {}
-    d = per_seed[null]["ΔHard"] if null is not None else np.zeros(0)
-    d = d[np.isfinite(d)]
-    if len(d) >= 2:
-        alt["null control"] = float(np.std(d, ddof=1) / math.sqrt(len(d)))
-    if null is not None and null in draws and reference in draws:
-        alt["null control, bootstrap"] = _boot_sd(draws[null]["Hard"] - draws[reference]["Hard"])
-    h = per_seed[reference]["Hard"]
-    h = h[np.isfinite(h)]
-    if len(h) >= 2:
-        alt["reference"] = float(math.sqrt(2.0) * np.std(h, ddof=1) / math.sqrt(len(h)))
-    if reference in draws:
-        alt["reference, bootstrap"] = math.sqrt(2.0) * _boot_sd(draws[reference]["Hard"])
-    alt = {k: v for k, v in alt.items() if np.isfinite(v)}
-    if not alt:
+def detectable_delta_hard(inference: dict[str, dict[str, dict[str, Any]]], null: str | None
+                          ) -> dict[str, Any] | None:
+    """The table's minimum detectable ΔHard (points; 80% power, two-sided α = 0.05), from the same two-stage SE
+    as every CI (:mod:`~mr2probe.inference`): MDE = (t_0.975,ν + t_0.8,ν)·SE. ``value`` is the null control's (what
+    this cell can detect when nothing differs), else the median over the methods; ``per_method`` holds every
+    method's own (a method far from the reference varies more, so its MDE is larger). None without any."""
+    per = {m: cols["ΔHard"]["mde"] for m, cols in inference.items() if "ΔHard" in cols}
+    per = {m: v for m, v in per.items() if v is not None and np.isfinite(v)}
+    if not per:
         return None
-    why = "no null control" if null is None else "null control without predictions or 2 seeds"
-    describe = {"null control": f"from the null control: {factor:.2f} × SD over {len(d)} seeds of its ΔHard / "
-                                f"√{len(d)}",
-                "null control, bootstrap": f"from the null control: {factor:.2f} × bootstrap SE of its seed-mean "
-                                           "ΔHard (one seed)",
-                "reference": f"{why}, from the reference: {factor:.2f} × √2 × SD over {len(h)} seeds of its Hard / "
-                             f"√{len(h)}",
-                "reference, bootstrap": f"{why}, from the reference: {factor:.2f} × √2 × bootstrap SE of its "
-                                        "seed-mean Hard (one seed; ignores the pairing on the same test images, "
-                                        "conservative)"}
-    source = next(iter(alt))
-    if source == "null control" and alt.get("null control, bootstrap", 0.0) > alt[source]:
-        source = "null control, bootstrap"
-        describe[source] = (f"from the null control: {factor:.2f} × bootstrap SE of its seed-mean ΔHard, larger here "
-                            f"than its SD over {len(d)} seeds / √{len(d)}")
-    return {"value": minimum_detectable(alt[source]), "se": alt[source], "factor": factor, "source": source,
-            "describe": describe[source], "alternatives": {k: minimum_detectable(v) for k, v in alt.items()}}
+    if null is not None and null in per:
+        e = inference[null]["ΔHard"]
+        value, source = per[null], "null control"
+        describe = (f"the null control's: (t_0.975 + t_0.8) × SE, SE {e['se']:.2f} (replicates {e['se_train']:.2f}, "
+                    f"test images {e['se_image']:.2f}), ν = {_nu(e['df'])}")
+    else:
+        value, source = float(np.median(list(per.values()))), "methods"
+        describe = "no null control: the median over the methods' own MDEs"
+    others = [v for m, v in per.items() if m != null]
+    if others:
+        describe += f"; the methods' own: {min(others):.2f}–{max(others):.2f}"
+    return {"value": value, "source": source, "describe": describe, "per_method": per}
 
 
-def _boot_sd(v: np.ndarray) -> float:
-    """Sample SD (in points of %) of bootstrap draws (fractions), NaN draws left out."""
-    v = 100.0 * v[np.isfinite(v)]
-    return float(np.std(v, ddof=1)) if len(v) > 1 else float("nan")
+def _nu(df: float | None) -> str:
+    return "∞" if df is None or not np.isfinite(df) else f"{df:.1f}"
 
 
 def seed_stability(ref_runs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
@@ -501,26 +539,59 @@ def hard_set_stability(items: Sequence[tuple[str, Summary]]) -> dict[str, dict[s
 
 def cross_run(items: Sequence[tuple[str, Summary]]) -> pd.DataFrame:
     """Several runs as one frame, one row per (run, method): ``run`` (its label), ``setting`` (the table title),
-    ``dataset``, ``encoder``, ``reference``, ``method``, then the run's :meth:`Summary.frame` columns."""
+    ``dataset``, ``encoder``, ``reference``, ``method``, then the run's :meth:`Summary.frame` columns, and the
+    ΔHard family over every run: ``ΔHard_q_all`` / ``ΔHard_verdict_all`` (:func:`family_verdicts`)."""
     frames = [s.frame().reset_index().assign(run=label, setting=s.title, dataset=s.dataset, encoder=s.encoder,
                                              reference=s.reference) for label, s in items]
     df = pd.concat(frames, ignore_index=True)
     first = ["run", "setting", "dataset", "encoder", "reference", "method"]
-    return df[first + [c for c in df.columns if c not in first]]
+    return family_verdicts(df[first + [c for c in df.columns if c not in first]])
+
+
+def is_comparison(df: pd.DataFrame) -> pd.Series:
+    """Rows that compare a method with its run's reference: neither the reference nor its null control."""
+    nulls = df["reference"].map(null_name)
+    return (df["method"] != df["reference"]) & (df["method"] != nulls)
+
+
+def family_verdicts(df: pd.DataFrame, col: str = "ΔHard", margin: float | None = None) -> pd.DataFrame:
+    """BH over every comparison row of ``df`` (:func:`is_comparison`: every method × run) at once: ``<col>_q_all``
+    and ``<col>_verdict_all`` (better / worse / equivalent / inconclusive, as in one table, from the rows' p and
+    p_equiv). The null control rows keep their own q as their ``_all`` value. ``df`` from :func:`cross_run` (or
+    several of them concatenated)."""
+    df = df.copy()
+    comp = is_comparison(df)
+    q = bh_qvalues(df.loc[comp, f"{col}_p"].to_numpy(dtype=float))
+    have_equiv = f"{col}_p_equiv" in df
+    q_eq = bh_qvalues(df.loc[comp, f"{col}_p_equiv"].to_numpy(dtype=float)) if have_equiv else np.full(len(q), np.nan)
+    verdict = verdict_label(df.loc[comp, col].to_numpy(dtype=float), q, q_eq, col in HIGHER_IS_BETTER)
+    df[f"{col}_q_all"] = np.nan
+    df[f"{col}_verdict_all"] = ""
+    df.loc[comp, f"{col}_q_all"] = q
+    df.loc[comp, f"{col}_verdict_all"] = verdict
+    nulls = df["method"] == df["reference"].map(null_name)
+    df.loc[nulls, f"{col}_q_all"] = df.loc[nulls, f"{col}_q"]
+    df.loc[nulls, f"{col}_verdict_all"] = df.loc[nulls, f"{col}_verdict"]
+    return df
 
 
 def over_runs(df: pd.DataFrame) -> pd.DataFrame:
     """Per method, over the runs where it is not the reference (``df`` from :func:`cross_run`): ``runs``, the mean
-    and sample SD over runs (``_sd``) of each run's seed-mean ΔHard, ΔEasy, ΔAll, and with CIs the number of runs
-    whose ΔHard 95% CI lies above 0 (``ΔHard CI > 0``) and below 0 (``ΔHard CI < 0``). Index ``method``."""
+    and sample SD over runs (``_sd``) of each run's seed-mean Δs, and how many runs give each ΔHard verdict of the
+    whole family (``better``, ``worse``, ``equivalent``, ``inconclusive``: ``ΔHard_verdict_all``). Index
+    ``method``."""
     d = df[df["method"] != df["reference"]]
     g = d.groupby("method", sort=False)
     out = g[DELTA_COLUMNS].mean().join(g[DELTA_COLUMNS].std(ddof=1).add_suffix("_sd"))
     out.insert(0, "runs", g.size())
-    if "ΔHard_ci_lo" in d:
-        out["ΔHard CI > 0"] = (d["ΔHard_ci_lo"] > 0).groupby(d["method"], sort=False).sum()
-        out["ΔHard CI < 0"] = (d["ΔHard_ci_hi"] < 0).groupby(d["method"], sort=False).sum()
+    if "ΔHard_verdict_all" in d:
+        for v in VERDICTS:
+            out[v] = (d["ΔHard_verdict_all"] == v).groupby(d["method"], sort=False).sum()
     return out
+
+
+def _num(v: Any) -> float:
+    return float(v) if v is not None else float("nan")
 
 
 def _jsonable(v: np.ndarray) -> list[float | None]:

@@ -6,6 +6,11 @@ all their logits on a batch, each method computes its heads' losses vectorised, 
 data order, so a head trained inside a stack follows the same trajectory as trained alone (up to float
 rounding of the larger product).
 
+Under the ``checkpoints`` budget rule a stack trains once, for the largest budget, with a cosine schedule whose
+warm restarts end at the checkpoints F, 2F, 4F, … (F the floor budget, :func:`checkpoint_steps`); at each
+checkpoint every head is scored on val and keeps its best state so far, so selection on val picks each method's
+own budget along with its other hyperparameters.
+
 Features are tensors on the training device, or — when they do not fit the memory cap — a
 :class:`~mr2probe.source.StreamedFeatures` read from the feature file: the trainer only slices them
 (``x[i:j]``, in chunks) and draws training batches through :func:`epoch_batches`.
@@ -17,6 +22,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 
 from .distributed import local_device
@@ -38,7 +44,9 @@ class TrainConfig:
 
     Budget: ``budget_steps`` = max(epochs · ⌈N / batch_size⌉, min_steps) optimiser steps, rounded up to whole
     epochs (:func:`budget`), the same for every head of a stack — so a small or few-shot training set still
-    gets at least ``min_steps`` steps instead of a handful."""
+    gets at least ``min_steps`` steps instead of a handful. Under ``budget_rule="checkpoints"`` that floor F is the
+    first of the checkpoints F·2ⁱ ≤ ``max_steps`` (:func:`checkpoint_steps`), and each head keeps its best one on
+    val."""
 
     # the defaults are the settings' (mr2probe.settings.TRAIN, declared once)
     epochs: int = TRAIN["epochs"].default
@@ -46,8 +54,9 @@ class TrainConfig:
     lrs: tuple[float, ...] = TRAIN["lr"].default
     weight_decays: tuple[float, ...] = TRAIN["wd"].default
     min_steps: int = TRAIN["min_steps"].default  # floor of the budget in optimiser steps
-    budget_rule: str = TRAIN["budget_rule"].default  # floor, or reach-logreg: min_steps calibrated (experiment.py)
-    max_steps: int = TRAIN["max_steps"].default  # ceiling of the reach-logreg calibration
+    budget_rule: str = TRAIN["budget_rule"].default  # floor; reach-logreg: min_steps calibrated (experiment.py);
+    # checkpoints: one run to the largest checkpoint, each head's best checkpoint on val (checkpoint_steps)
+    max_steps: int = TRAIN["max_steps"].default  # ceiling of the reach-logreg calibration and of the checkpoints
     l2s: tuple[float, ...] = TRAIN["l2"].default  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights
     scales: tuple[float, ...] = TRAIN["scale"].default  # cosine-head scale grid, selected on val
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # fixed overrides per method
@@ -92,6 +101,39 @@ def budget(n: int, cfg: TrainConfig, epochs: int | None = None) -> tuple[int, in
     if epochs is not None:
         return epochs, per_epoch
     return max(cfg.epochs, -(-cfg.min_steps // per_epoch)), per_epoch
+
+
+def checkpoint_steps(n: int, cfg: TrainConfig) -> list[int]:
+    """The ``checkpoints`` rule's checkpoints for ``n`` training rows: F·2ⁱ ≤ ``max_steps``, i = 0, 1, …, with F the
+    floor rule's budget (:func:`budget`; whole epochs, so every checkpoint ends an epoch). They are also the ends
+    of the schedule's cosine cycles (lengths F, F, 2F, 4F, …; :mod:`mr2probe.optim`). A one-line UserError when
+    ``max_steps`` < F."""
+    epochs, per_epoch = budget(n, cfg)
+    floor, ceiling = int(epochs * per_epoch), int(cfg.max_steps)
+    if ceiling < floor:
+        raise UserError(f"--max-steps {cfg.max_steps} is below the floor budget of {floor} steps, the first "
+                        f"checkpoint of --budget-rule checkpoints (raise --max-steps or lower --epochs/--min-steps)")
+    return [floor << i for i in range((ceiling // floor).bit_length())]
+
+
+def train_steps(n: int, cfg: TrainConfig) -> int:
+    """Optimiser steps a stack trains for ``n`` rows: the floor budget, or the last checkpoint under the
+    ``checkpoints`` rule."""
+    if cfg.budget_rule == "checkpoints":
+        return checkpoint_steps(n, cfg)[-1]
+    epochs, per_epoch = budget(n, cfg)
+    return epochs * per_epoch
+
+
+def select_scores(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.ndarray:
+    """Val score of every head: logits [H, n, K] → [H]; ``select`` "acc" = mean 1[argmax = y], "macc" = the mean
+    over classes (with val samples) of the per-class accuracy."""
+    correct = (logits.argmax(-1) == y).float()  # [H, n]
+    if select == "acc":
+        return correct.mean(1).cpu().numpy()
+    onehot = torch.nn.functional.one_hot(y, k).float()  # [n, K]
+    per_class = (correct @ onehot) / onehot.sum(0)  # NaN for a class without val samples: left out of the mean
+    return np.nanmean(per_class.cpu().numpy(), axis=1)
 
 
 @dataclass(frozen=True)
@@ -180,11 +222,16 @@ def epoch_batches(x: torch.Tensor | StreamedFeatures, batch_size: int, gen: torc
 
 @dataclass
 class TrainedStack:
-    """The result of training one stack: its runs, the probe and each head's method info."""
+    """The result of training one stack: its runs, the probe and each head's method info. Under the
+    ``checkpoints`` rule also the checkpoint steps, every head's val score at each ([C, H]) and the step whose
+    state the probe holds for each head (the first best; without checkpoints empty / None)."""
 
     specs: list[RunSpec]
     probe: ProbeStack
     info: list[dict[str, Any]]
+    checkpoints: list[int] = field(default_factory=list)
+    checkpoint_scores: np.ndarray | None = None  # [C, H] val scores
+    checkpoint_step: list[int] | None = None  # [H] the checkpoint each head's state is from
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor | StreamedFeatures, heads: list[int] | None = None) -> torch.Tensor:
@@ -234,37 +281,50 @@ def _slices(specs: list[RunSpec]) -> list[tuple[str, slice]]:
 
 def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
                 log: Callable[[str], None] = lambda m: None, epochs: int | None = None,
-                description: str = "train", bar: Any = None) -> TrainedStack:
+                description: str = "train", bar: Any = None, select: str = "acc") -> TrainedStack:
     """Train the heads of ``specs`` (all with one seed) together; returns the trained stack. On a CPU the heads
     go through in chunks (:func:`chunk_size`), each chunk a stack of its own that shares the seed's batches and the
-    statistics of frozen features; the result is one stack, the same heads in the same order."""
+    statistics of frozen features; the result is one stack, the same heads in the same order. Under the
+    ``checkpoints`` rule (and no ``epochs`` of an auxiliary stage) every head returns in its best state on val by
+    the score ``select`` (:func:`select_scores`) over the checkpoints."""
     if len({s.seed for s in specs}) != 1:
         raise ValueError("a stack trains runs of one seed")
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
     size = chunk_size(cfg, data.num_classes, data.y.device, torch.empty(0, dtype=data.x.dtype).element_size())
     chunks = [specs] if size is None else head_chunks(specs, size)
     if len(chunks) == 1:
-        return _train_stack(data, specs, cfg, log, epochs, description, bar, {}, 1.0)
-    n_epochs, per_epoch = budget(len(data.y), cfg, epochs)
-    own = progress_bar(f"{description}: {len(specs)} heads in {len(chunks)} chunks", total=n_epochs * per_epoch,
+        return _train_stack(data, specs, cfg, log, epochs, description, bar, {}, 1.0, select)
+    total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
+    own = progress_bar(f"{description}: {len(specs)} heads in {len(chunks)} chunks", total=total,
                        enabled=cfg.progress and bar is None)
     shared: dict[Any, Any] = {}
     with own if bar is None else contextlib.nullcontext(bar) as bar:
         # each chunk runs the seed's epochs again: the bar names the chunk so its epoch counter reads right
         parts = [_train_stack(data, c, cfg, log, epochs, f"{description} · chunk {i + 1}/{len(chunks)}", bar, shared,
-                              len(c) / len(specs)) for i, c in enumerate(chunks)]
+                              len(c) / len(specs), select) for i, c in enumerate(chunks)]
+    ckpt = parts[0].checkpoint_scores is not None
     return TrainedStack(specs=[s for p in parts for s in p.specs], probe=ProbeStack.concat([p.probe for p in parts]),
-                        info=[i for p in parts for i in p.info])
+                        info=[i for p in parts for i in p.info], checkpoints=parts[0].checkpoints,
+                        checkpoint_scores=np.concatenate([p.checkpoint_scores for p in parts], 1) if ckpt else None,
+                        checkpoint_step=[c for p in parts for c in p.checkpoint_step] if ckpt else None)
 
 
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
-                 epochs: int | None, description: str, bar: Any, shared: dict[Any, Any], weight: float
-                 ) -> TrainedStack:
+                 epochs: int | None, description: str, bar: Any, shared: dict[Any, Any], weight: float,
+                 select: str = "acc") -> TrainedStack:
     """One stack: every head of ``specs`` (sorted by method, one seed) in one product per step; ``bar`` advances by
-    ``weight`` per step (the stack's share of its seed's heads)."""
+    ``weight`` per step (the stack's share of its seed's heads).
+
+    Checkpoints (``checkpoints`` rule, no ``epochs`` given): training runs to the last checkpoint; at each
+    checkpoint c the val scores s_c [H] are taken and, per head, best ← c where s_c > s_best (strictly: the
+    earliest checkpoint on ties), the head's parameters copied with one ``torch.where`` per tensor. The methods
+    see ``ctx.epochs`` = the floor's epochs (JTT's stage 1, LDAM's deferral epoch), so the first checkpoint is the
+    floor rule's model."""
     seed = specs[0].seed
     n = len(data.y)
+    checkpoints = checkpoint_steps(n, cfg) if cfg.budget_rule == "checkpoints" and epochs is None else []
     epochs, steps_per_epoch = budget(n, cfg, epochs)
+    train_epochs = checkpoints[-1] // steps_per_epoch if checkpoints else epochs
     probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
                        [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
         device=data.x.device, dtype=data.x.dtype)
@@ -319,18 +379,21 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     wd = torch.tensor([s.params["weight_decay"] for s in specs], dtype=data.x.dtype, device=data.x.device)
     groups = [(list(probe.parameters()), lr, wd)]
     groups += [(m.extra_parameters(), lr[sl], wd[sl]) for m, sl in methods]
-    opt = StackedAdamW(groups, total_steps=epochs * steps_per_epoch)
+    opt = StackedAdamW(groups, cycle_ends=checkpoints or [epochs * steps_per_epoch])
     detach = torch.zeros(len(specs), dtype=torch.bool, device=data.x.device)
     for m, sl in methods:
         detach[sl] = type(m).detach_head_input
     detach = detach if bool(detach.any()) else None
     sizes = [sl.stop - sl.start for _, sl in methods]
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    own = progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=epochs * steps_per_epoch,
+    info: list[dict[str, Any]] = [{} for _ in specs]
+    keeper = _BestState(probe, data, select, methods, info) if checkpoints else None
+    own = progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=train_epochs * steps_per_epoch,
                        enabled=cfg.progress and bar is None)
     with own if bar is None else contextlib.nullcontext(bar) as bar:
-        for epoch in range(epochs):
-            bar.update(description=f"{description} · seed {seed} · {len(specs)} heads · epoch {epoch + 1}/{epochs}")
+        for epoch in range(train_epochs):
+            bar.update(description=f"{description} · seed {seed} · {len(specs)} heads · epoch {epoch + 1}/"
+                                   f"{train_epochs}")
             for m, _ in methods:
                 m.on_epoch_start(epoch)
             for idx, xb in epoch_batches(data.x, cfg.batch_size, gen):
@@ -349,9 +412,51 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                 loss.backward()
                 opt.step()
                 bar.advance(weight)
+            if keeper is not None and (epoch + 1) * steps_per_epoch in checkpoints:
+                keeper.checkpoint((epoch + 1) * steps_per_epoch)
     opt.zero_grad()
-    info: list[dict[str, Any]] = [{} for _ in specs]
+    if keeper is not None:
+        return keeper.restore(specs, checkpoints)
     for m, sl in methods:
         for i, extra in zip(range(sl.start, sl.stop), m.info()):
             info[i] = extra
     return TrainedStack(specs=specs, probe=probe, info=info)
+
+
+class _BestState:
+    """Each head's best state over the checkpoints: its val score s_c = :func:`select_scores` at every checkpoint,
+    and the parameters and method info of the first checkpoint with the highest score."""
+
+    def __init__(self, probe: ProbeStack, data: TrainData, select: str,
+                 methods: list[tuple[Method, slice]], info: list[dict[str, Any]]) -> None:
+        self.probe, self.data, self.select, self.methods, self.info = probe, data, select, methods, info
+        h = probe.num_heads
+        self.best = torch.full((h,), -float("inf"), dtype=torch.float64)
+        self.step = torch.zeros(h, dtype=torch.long)
+        self.state = {k: v.detach().clone() for k, v in probe.state_dict().items()}
+        self.scores: list[np.ndarray] = []
+
+    @torch.no_grad()
+    def checkpoint(self, step: int) -> None:
+        """Score every head on val; heads that beat their best (strictly) take the current state and info."""
+        x, c = self.data.val_x, chunk_rows(self.data.val_x)
+        logits = torch.cat([self.probe(x[i:i + c])[1] for i in range(0, len(x), c)], 1)
+        scores = select_scores(logits, self.data.val_y, self.data.num_classes, self.select)
+        self.scores.append(scores)
+        better = torch.as_tensor(scores, dtype=torch.float64) > self.best
+        self.best = torch.where(better, torch.as_tensor(scores, dtype=torch.float64), self.best)
+        self.step = torch.where(better, torch.full_like(self.step, step), self.step)
+        on = better.to(next(iter(self.state.values())).device)
+        for k, v in self.probe.state_dict().items():
+            self.state[k] = torch.where(on.reshape((-1,) + (1,) * (v.ndim - 1)), v.detach(), self.state[k])
+        flags = better.tolist()
+        for m, sl in self.methods:  # method info (margins, class weights, …) as it was at each head's best checkpoint
+            if any(flags[sl]):
+                for i, extra in zip(range(sl.start, sl.stop), m.info()):
+                    self.info[i] = extra if flags[i] else self.info[i]
+
+    def restore(self, specs: list[RunSpec], checkpoints: list[int]) -> TrainedStack:
+        """The stack with every head in its best state."""
+        self.probe.load_state_dict(self.state)
+        return TrainedStack(specs=specs, probe=self.probe, info=self.info, checkpoints=list(checkpoints),
+                            checkpoint_scores=np.stack(self.scores), checkpoint_step=self.step.tolist())

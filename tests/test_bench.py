@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, md_rows, run_cli
+from conftest import BUNDLED, ROOT, md_rows, run_cli
 from mr2probe.bench import load_suite, run_suite
 from mr2probe.errors import UserError
 
@@ -56,7 +56,7 @@ def test_suite_runs_skips_missing_cells_and_reuses_features(tmp_path: Path) -> N
     for png in ("per_class.png", "groups.png", "variability.png", "tradeoff.png"):  # the report's plots too
         assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     assert sorted(p.name for p in out.iterdir()) == ["fashion-mnist-efficientnet-lite0-linear", "summary.csv",
-                                                     "summary.md"]
+                                                     "summary.md", "summary.png"]
     summary = (out / "summary.md").read_text()
     cells = md_rows(summary, "run")
     assert {(r["dataset"], r["encoder"], r["method"]) for r in cells} == {
@@ -96,7 +96,7 @@ def test_unknown_keys_are_refused(tmp_path: Path, extra: str, message: str) -> N
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[extract]\nper_class = 0', "per_class must be ≥ 1"),
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\nseeds = 0', "seeds must be a count"),
     ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[train]\ngroups_on = "train"',
-     "groups_on must be one of val, crossfit, test"),
+     "groups_on must be one of val"),
 ])
 def test_bad_suites_are_refused_before_any_work(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "bad.toml"
@@ -180,5 +180,136 @@ def test_summary_has_easy_deltas_hard_cis_and_counts_of_clear_runs(tmp_path: Pat
     lo, hi = map(float, re.fullmatch(r"\[(-?[\d.]+), (-?[\d.]+)\]", row["ΔHard 95% CI"]).groups())
     assert row["ΔHard"] == "**+40.00**" and 0 < lo < 40 < hi, row  # one seed: no sample SD
     avg = {r["method"]: r for r in md_rows(text, "method")}
-    assert list(avg["mr2"].values()) == ["mr2", "1", "**+40.00**", "**0.00**", "**+13.33**", "1", "0"]
-    assert list(avg["mr2_uniform"].values()) == ["mr2_uniform", "1", "-20.00", "**0.00**", "-6.67", "0", "1"]
+    cols = ["runs", "ΔHard", "ΔEasy", "ΔAll"]  # then the other Δs and the counts of runs by their CIs
+    assert [avg["mr2"][c] for c in cols] == ["1", "**+40.00**", "**0.00**", "**+13.33**"]
+    assert [avg["mr2_uniform"][c] for c in cols] == ["1", "-20.00", "**0.00**", "-6.67"]
+
+
+def named_suite(tmp_path: Path, feats: Path) -> Path:
+    """Two named runs on a copy of the bundled features (linear; cosine with its own settings merged over the
+    suite's), one on a derived synthetic file, one whose feature file is missing, and a comparison."""
+    path = tmp_path / "named.toml"
+    path.write_text(f"""
+methods = ["ce", "mr2"]
+seeds = 1
+
+[train]
+epochs = 1
+min_steps = 5
+set = {{ mr2 = {{ p = 2 }} }}
+
+[[runs]]
+name = "lin"
+features = "{feats}"
+
+[[runs]]
+name = "cos"
+features = "{feats}"
+head = "cosine"
+profile = "shots:20"
+train = {{ scale = 16, episodes = 2, null = false, set = {{ mr2 = {{ exponent = 1 }} }} }}
+
+[[runs]]
+name = "synth"
+features = "synthetic:K=4,D=8,n=30,seed=0"
+methods = ["ce"]
+
+[[runs]]
+name = "gone"
+features = "{tmp_path / 'no-such.h5'}"
+
+[[compare]]
+name = "cos-vs-lin"
+runs = ["lin", "cos"]
+""")
+    return path
+
+
+def test_named_runs_compare_and_report_only(tmp_path: Path) -> None:
+    """[[runs]] trained end to end into OUT/<name>/ with their merged settings, a missing feature file skipped with
+    one line, the [[compare]] written like `report A B --summary`, then --report-only re-renders from results.json
+    alone (features deleted) without writing report.html, heads or parts."""
+    import shutil
+
+    feats = tmp_path / "small.h5"
+    shutil.copy(BUNDLED, feats)
+    suite, out, fdir = named_suite(tmp_path, feats), tmp_path / "out", tmp_path / "features"
+    r = run_cli("bench", str(suite), "--features-dir", str(fdir), "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    skips = [line for line in r.stderr.splitlines() if line.startswith("skip ")]
+    assert len(skips) == 1 and "run(s) gone: missing features: no file" in skips[0], r.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "cos", "cos-vs-lin.csv", "cos-vs-lin.md", "cos-vs-lin.png", "lin", "summary.csv", "summary.md",
+        "summary.png", "synth"]
+    lin, cos = (json.loads((out / n / "results.json").read_text()) for n in ("lin", "cos"))
+    assert lin["config"]["train"]["min_steps"] == 5 and lin["config"]["train"]["method_params"] == {"mr2": {"p": 2}}
+    assert lin["head"] == "linear" and lin["profile"]["kind"] == "full" and lin["config"]["null"] is True
+    assert cos["head"] == "cosine" and cos["config"]["train"]["scales"] == [16.0] and cos["config"]["null"] is False
+    assert cos["config"]["train"]["method_params"] == {"mr2": {"p": 2, "exponent": 1}}  # merged method by method
+    assert (cos["profile"]["text"], cos["profile"]["episodes"]) == ("shots:20", 2)
+    synth = json.loads((out / "synth" / "results.json").read_text())
+    assert [p.parent for p in fdir.glob("*.h5")] == [fdir] and synth["config"]["methods"] == ["ce"]
+    compare = (out / "cos-vs-lin.md").read_text()
+    assert "`lin`" in compare and "`cos`" in compare and "`synth`" not in compare
+    summary = (out / "summary.md").read_text()
+    assert {row["run"] for row in md_rows(summary, "run")} == {"[lin](lin/table.md)", "[cos](cos/table.md)",
+                                                                 "[synth](synth/table.md)"}
+    assert "- gone: missing features" in summary
+
+    # --report-only on folders as git holds them (no parts/, no heads) without the feature files: every table, plot
+    # and comparison is written again, nothing else
+    feats.unlink()
+    shutil.rmtree(fdir)
+    for name in ("lin", "cos", "synth"):
+        shutil.rmtree(out / name / "parts")
+        (out / name / "heads.safetensors").unlink()
+    made = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.suffix in (".json", ".npz")}
+    rendered = [out / "lin" / "table.md", out / "cos" / "per_class.png", out / "cos-vs-lin.md", out / "cos-vs-lin.png",
+                out / "summary.md"]
+    for p in rendered:
+        p.unlink()
+    r = run_cli("bench", str(suite), "--out", str(out), "--report-only", "-q")
+    assert r.returncode == 0, r.stderr
+    assert all(p.is_file() for p in rendered)
+    assert (out / "cos-vs-lin.md").read_text() == compare
+    for unwanted in ("report.html", "parts", "heads.safetensors"):
+        assert not list(out.rglob(unwanted)), unwanted
+    kept = {p: t for p, t in made.items() if p.name != "summary.json"}
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items())  # results.json and predictions untouched
+    assert "skip gone: --report-only and no" in r.stderr
+
+
+@pytest.mark.parametrize("body, message", [
+    ('[[runs]]\nname = "a"\nfeatures = "f.h5"\nheads = ["linear"]', "[[runs]] 'a': unknown key(s) heads"),
+    ('[[runs]]\nname = "a"\nfeatures = "f.h5"\ntrain = { epoch = 1 }', "'a' train: unknown key(s) epoch"),
+    ('[[runs]]\nname = "a"\nfeatures = "f.h5"\n[[runs]]\nname = "a"\nfeatures = "g.h5"',
+     "two runs are named 'a'"),
+    ('[[runs]]\nname = "a"\nfeatures = "f.h5"\n[[compare]]\nname = "c"\nruns = ["a", "b"]',
+     "[[compare]] 'c': no run named b"),
+    ('[[runs]]\nname = "a"\nfeatures = "f.h5"\n[[compare]]\nname = "c"\nruns = ["a"]\nextra = 1',
+     "[[compare]] 'c': unknown key(s) extra"),
+    ('[[runs]]\nname = "a"\nfeatures = "f.h5"\ndataset = "mnist"', "give either features"),
+    ('[[runs]]\nname = "a/b"\nfeatures = "f.h5"', "name must be a plain folder name"),
+    ('[[runs]]\nfeatures = "f.h5"', "has no name"),
+    ('[[runs]]\nname = "a"\nfeatures = "f.h5"\nmethods = ["ce"]\ntrain = { set = { mr2 = { p = 2 } } }',
+     "'a': --set names mr2, which is not in --methods"),
+    ('[train]\nset = { mr3 = { p = 2 } }\n[[runs]]\nname = "a"\nfeatures = "f.h5"',
+     "[train]: set names mr3, which no run of the suite trains"),
+    ('datasets = ["mnist"]\nencoders = ["efficientnet-lite0"]\n[[runs]]\nname = "mnist-efficientnet-lite0-linear"\n'
+     'features = "f.h5"', "two runs are named 'mnist-efficientnet-lite0-linear'"),
+    ('datasets = ["mnist"]\n[[runs]]\nname = "a"\nfeatures = "f.h5"', "has no 'encoders' list"),
+])
+def test_bad_named_runs_are_refused(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(body + "\n")
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_suite(path)
+
+
+def test_bad_suite_is_one_error_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[[runs]]\nname = "a"\nfeatures = "f.h5"\n[[runs]]\nname = "a"\nfeatures = "g.h5"\n')
+    r = run_cli("bench", str(path), "--out", str(tmp_path / "out"))
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: suite ") and "named 'a'" in lines[0]
+    assert not (tmp_path / "out").exists()

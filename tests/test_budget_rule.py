@@ -71,7 +71,7 @@ def test_the_floor_rule_keeps_the_part_keys_it_had() -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--budget-rule", "never"], "--budget-rule must be one of floor, reach-logreg"),
+    (["--budget-rule", "never"], "--budget-rule must be one of floor, reach-logreg, checkpoints"),
     (["--budget-rule", "reach-logreg", "--max-steps", "0"], "--max-steps must be ≥ 1"),
     (["--budget-rule", "reach-logreg", "--methods", "logreg,ce", "--reference", "logreg"], "is not trained in steps"),
 ])

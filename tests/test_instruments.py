@@ -24,7 +24,7 @@ from mr2probe.metrics import (COLUMNS, DELTA_COLUMNS, Z_ALPHA, Z_POWER, bh_qvalu
                               per_class_paired_test, precision_per_class, prediction_rate, class_share)
 from mr2probe.report import (load_predictions, load_results, report_run, run_report, to_csv, to_html, to_latex,
                              to_markdown)
-from mr2probe.summary import detectable_delta_hard, hard_set_stability, seed_stability, summarize
+from mr2probe.summary import hard_set_stability, seed_stability, summarize
 
 K, N = 6, 20  # classes, test images per class
 MDE_FACTOR = 1.959963984540054 + 0.8416212335729143  # z_0.975 + z_0.8
@@ -211,41 +211,26 @@ def test_top_confusions_of_the_hard_classes(tmp_path: Path) -> None:
 
 
 def test_minimum_detectable_delta_hard_formula(tmp_path: Path) -> None:
+    """The table's MDE is the null control's, from the two-stage SE of its ΔHard: (t_0.975,ν + t_0.8,ν) · SE; every
+    method has its own; without a null control the median of the methods'."""
+    from scipy import stats
+
     assert Z_ALPHA + Z_POWER == pytest.approx(MDE_FACTOR)
-    # 1. null control's per-seed ΔHard 1, 2, 3: SD 1 → SE 1/√3 (its bootstrap draws 0, 0.2 points: SD 0.14, smaller)
-    per_seed = {"ce": {"Hard": np.array([80.0, 82.0, 81.0])}, "ce (null)": {"ΔHard": np.array([1.0, 2.0, 3.0])}}
-    tight = {"ce": {"Hard": np.array([0.5, 0.6])}, "ce (null)": {"Hard": np.array([0.5, 0.602])}}
-    mde = detectable_delta_hard(per_seed, tight, "ce", "ce (null)")
-    assert mde["source"] == "null control" and mde["value"] == pytest.approx(MDE_FACTOR / math.sqrt(3))
-    # ... but never below the bootstrap: three seeds that agree exactly (SD 0) give the bootstrap's SE
-    draws = {"ce": {"Hard": np.array([0.5, 0.6])}, "ce (null)": {"Hard": np.array([0.5, 0.7])}}
-    agree = {**per_seed, "ce (null)": {"ΔHard": np.array([-0.17, -0.17, -0.17])}}
-    mde = detectable_delta_hard(agree, draws, "ce", "ce (null)")
-    assert mde["source"] == "null control, bootstrap" and mde["value"] == pytest.approx(MDE_FACTOR * math.sqrt(50))
-    assert "larger here than its SD over 3 seeds" in mde["describe"] and mde["alternatives"]["null control"] < 1e-9
-    # 2. one null seed: the bootstrap SD of its seed-mean ΔHard, draws 0 and 10 points → SD √50
-    one = {"ce": {"Hard": np.array([80.0])}, "ce (null)": {"ΔHard": np.array([1.0])}}
-    mde = detectable_delta_hard(one, draws, "ce", "ce (null)")
-    assert mde["source"] == "null control, bootstrap" and mde["value"] == pytest.approx(MDE_FACTOR * math.sqrt(50))
-    # 3. no null control: √2 · SD_ref(Hard) / √S, Hard 80, 82, 81 → SD 1
-    mde = detectable_delta_hard({"ce": per_seed["ce"]}, {}, "ce", None)
-    assert mde["source"] == "reference" and mde["value"] == pytest.approx(MDE_FACTOR * math.sqrt(2 / 3))
-    assert set(detectable_delta_hard(per_seed, draws, "ce", "ce (null)")["alternatives"]) == {
-        "null control", "null control, bootstrap", "reference", "reference, bootstrap"}
-    # 4. one reference seed, no null: √2 · bootstrap SD of the reference's Hard (50, 60 points → SD √50)
-    mde = detectable_delta_hard({"ce": {"Hard": np.array([80.0])}}, draws, "ce", None)
-    assert mde["source"] == "reference, bootstrap" and mde["value"] == pytest.approx(MDE_FACTOR * 10)
-    assert detectable_delta_hard({"ce": {"Hard": np.array([80.0])}}, {}, "ce", None) is None
-    # end to end: the null's ΔHard per seed is 0 and −2.5 (one more error in 20 images of one of 2 hard classes)
     d = hand_run(tmp_path / "run")
     s = summarize(load_results(d), load_predictions(d))
     assert s.per_seed["ce (null)"]["ΔHard"].tolist() == pytest.approx([0.0, -2.5])
-    seeds = MDE_FACTOR * np.std([0.0, -2.5], ddof=1) / math.sqrt(2)
-    assert s.mde["alternatives"]["null control"] == pytest.approx(seeds)
-    boot = s.mde["alternatives"]["null control, bootstrap"]  # 20 images per class: the test set is the wider here
-    assert boot > seeds and s.mde["value"] == pytest.approx(boot) and s.mde["source"] == "null control, bootstrap"
-    assert f"Minimum detectable ΔHard (80% power, α = 0.05): {boot:.2f} points (from the null control" in \
+    e = s.inference["ce (null)"]["ΔHard"]
+    df = e["df"] if e["df"] is not None else math.inf
+    t = stats.t(df) if math.isfinite(df) else stats.norm()
+    assert s.mde["source"] == "null control"
+    assert s.mde["value"] == pytest.approx((t.ppf(0.975) + t.ppf(0.8)) * e["se"])
+    assert e["se"] ** 2 == pytest.approx(e["se_train"] ** 2 + e["se_image"] ** 2)
+    assert set(s.mde["per_method"]) == set(s.methods) - {"ce"}
+    assert f"Minimum detectable ΔHard (80% power, α = 0.05): {s.mde['value']:.2f} points (the null control's" in \
         to_markdown(s)
+    no_null = summarize(load_results(d), load_predictions(d), null=False)
+    assert no_null.mde["source"] == "methods" and no_null.mde["value"] == pytest.approx(
+        np.median(list(no_null.mde["per_method"].values())))
 
 
 def test_crossfit_hardprec_averages_the_folds(tmp_path: Path) -> None:
@@ -268,8 +253,10 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
     s = rep.summary
     table = md_rows(rep.markdown, "method")
     cols = list(table[0])
-    assert cols[:13] == ["method"] + COLUMNS + DELTA_COLUMNS
-    assert cols[13:16] == ["HardPrec", "HardRate", "Sig↑/↓"] and cols[16] == "All 95% CI"
+    assert cols[:1 + len(COLUMNS + DELTA_COLUMNS)] == ["method"] + COLUMNS + DELTA_COLUMNS
+    n = 1 + len(COLUMNS + DELTA_COLUMNS)
+    assert cols[n:n + 3] == ["HardPrec", "HardRate", "Sig↑/↓"] and cols[n + 3] == "All 95% CI"
+    assert cols[-2:] == ["ΔHard q", "verdict"]
     cells = next(r for r in table if r["method"] == "overpredict")
     assert cells["HardPrec"] == "33.33 ± 0.00" and cells["HardRate"] == "3.00 ± 0.00" and cells["Sig↑/↓"] == "2 / 4"
     assert "Hard-set stability across seeds (ce, each seed ranked on its own val accuracy): mean pairwise " \
@@ -285,7 +272,7 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
     tex = to_latex(s)
     assert "HardPrec & HardRate & Sig$\\uparrow$/$\\downarrow$" in tex and "Minimum detectable" in tex
     body = [line for line in tex.splitlines() if line.startswith("overpredict &")][0]
-    assert len(body.split(" & ")) == 1 + len(COLUMNS + DELTA_COLUMNS) + 3 and "33.33 $\\pm$ 0.00" in body
+    assert len(body.split(" & ")) == 1 + len(COLUMNS + DELTA_COLUMNS) + 5 and "33.33 $\\pm$ 0.00" in body
 
     page = re.sub(r">\s+<", "><", (d / "report.html").read_text())
     assert "<th>HardPrec</th><th>HardRate</th><th>Sig↑/↓</th>" in page and "Minimum detectable ΔHard" in page
@@ -295,7 +282,7 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
 
     js = json.loads((d / "summary.json").read_text())
     assert js["mean"]["overpredict"]["HardPrec"] == pytest.approx(100 / 3)
-    assert js["minimum_detectable_delta_hard"]["source"] == "null control, bootstrap"  # wider than its 2 seeds
+    assert js["minimum_detectable_delta_hard"]["source"] == "null control"
     assert js["hard_set_stability_seeds"]["value"] == 1.0
     ins = js["instruments"]
     assert ins["per_class"]["overpredict"]["rate_over_share"] == pytest.approx([0, 3, 0, 3, 0, 0])
@@ -328,7 +315,8 @@ def test_hard_set_stability_across_runs_and_bench_summary(tmp_path: Path) -> Non
     cells = [CellResult("hand_ds", "hand_enc", "linear", "done", "", p, s_) for (_, s_), p in zip(reps, (a1, a2, b))]
     summary = write_summary(suite, cells, tmp_path).read_text()
     table = md_rows(summary, "run")
-    assert list(table[0])[-4:] == ["HardPrec", "HardRate", "Sig↑/↓", "ΔHard 95% CI"]
+    assert list(table[0])[-8:] == ["HardPrec", "HardRate", "Sig↑/↓", "ΔHard 95% CI", "ΔHard q", "verdict",
+                                   "q (all)", "verdict (all)"]
     over = next(r for r in table if r["method"] == "overpredict" and r["run"] == "[a1](a1/table.md)")
     assert (over["HardPrec"], over["HardRate"], over["Sig↑/↓"]) == ("33.33 ± 0.00", "3.00 ± 0.00", "2 / 4")
     assert "- hand_ds: mean 0.33 over 2 runs (a1 vs a2: 0.33)" in summary
@@ -361,7 +349,7 @@ def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
     assert "HardPrec, HardRate, Sig↑/↓: not shown (no predictions.npz in this run folder)" in rep.markdown
     assert "Minimum detectable ΔHard (80% power, α = 0.05)" in rep.markdown  # from the null's seed spread
     assert s.mde["source"] == "null control"
-    assert next(csv.reader((d / "table.csv").open())) == (
+    assert next(csv.reader((d / "table.csv").open()))[:3 + 2 * len(COLUMNS + DELTA_COLUMNS)] == (
         ["method"] + COLUMNS + DELTA_COLUMNS + [f"{c}_sd" for c in COLUMNS + DELTA_COLUMNS] + ["seeds", "groups_on"])
     assert "HardPrec &" not in to_latex(s) and "Top confusions" not in to_html([rep])
     js = json.loads((d / "summary.json").read_text())
@@ -376,7 +364,8 @@ def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
     assert next(r for r in csv.DictReader(to_csv(s).splitlines()) if r["method"] == "mixed")["HardPrec"] == ""
     # a single seed and no predictions: no MDE, said so
     one = write_run(tmp_path / "one", {"ce": [predict(REF)], "mr2": [predict(REF)]}, with_predictions=False)
-    assert "Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 seeds" in report_run(one).markdown
+    assert "Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 replicates" in \
+        report_run(one).markdown
 
 
 # ---- choices at an end of their val grid ---------------------------------------------------------------------

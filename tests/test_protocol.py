@@ -189,7 +189,7 @@ def test_train_records_the_budget_null_control_and_train_counts(tmp_path: Path) 
 @pytest.mark.parametrize("args, message", [
     (["--min-steps", "-1"], "--min-steps must be ≥ 0"),
     (["--scale", "16,0", "--head", "cosine"], "--scale values must be finite and > 0"),
-    (["--groups-on", "train"], "--groups-on must be one of val, crossfit, test"),
+    (["--groups-on", "train"], "--groups-on must be one of val, val-pooled, crossfit, test"),
 ])
 def test_bad_protocol_flags_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:
     r = run_cli("train", *args, "--out", str(tmp_path / "r"), "-q")

@@ -85,7 +85,7 @@ def test_latex_structure(tmp_path: Path) -> None:
     assert top < mid < bottom
     rows = lines[mid + 1:bottom]
     assert [r.split(" & ")[0] for r in rows] == ["ce", "mr2", r"mr2\_uniform"]
-    assert all(len(r.split(" & ")) == 1 + len(COLUMNS + DELTA_COLUMNS) and r.endswith(r"\\") for r in rows)
+    assert all(len(r.split(" & ")) == 3 + len(COLUMNS + DELTA_COLUMNS) and r.endswith(r"\\") for r in rows)
     assert r"$\Delta$Hard" in lines[top + 1] and r"$\pm$" in tex and "±" not in tex and "Δ" not in tex
     mr2 = dict(zip(["method"] + COLUMNS + DELTA_COLUMNS, rows[1].removesuffix(r" \\").split(" & ")))
     assert mr2["Hard"] == r"\textbf{47.50 $\pm$ 3.54}" and mr2["ΔEasy"].startswith("$-$")
@@ -101,7 +101,8 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
         assert {"table.md", "table.csv", "table.tex", "summary.json"} <= {p.name for p in d.iterdir()}
         header = next(csv.reader((d / "table.csv").open()))
         cols = COLUMNS + DELTA_COLUMNS
-        assert header == ["method"] + cols + [f"{c}_sd" for c in cols] + ["seeds", "groups_on"]
+        assert header[:3 + 2 * len(cols)] == ["method"] + cols + [f"{c}_sd" for c in cols] + ["seeds", "groups_on"]
+        assert {"ΔHard_ci_lo", "ΔHard_p", "ΔHard_q", "ΔHard_mde", "ΔHard_p_equiv", "ΔHard_verdict"} <= set(header)
         for name in ("per_class.png", "groups.png", "variability.png", "tradeoff.png"):
             png = d / name
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
