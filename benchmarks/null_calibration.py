@@ -39,7 +39,8 @@ def rows_of(run_dir: Path) -> list[dict]:
     for rule, group_on in (("two-stage", "val"), ("two-stage, pooled", "val-pooled")):
         s = summarize(results, preds, group_on)
         e = s.inference[s.null]["ΔHard"]
-        out.append({"rule": rule, "estimate": e["estimate"], "lo": e["ci"][0], "hi": e["ci"][1], "df": e["df"],
+        df = np.inf if e["df"] is None else e["df"]
+        out.append({"rule": rule, "estimate": e["estimate"], "lo": e["ci"][0], "hi": e["ci"][1], "df": df,
                     "replicates": e["replicates"], "clusters": e["clusters"]})
         if group_on == "val-pooled" and e["se_image"] is not None:
             half = Z * e["se_image"]
@@ -71,7 +72,7 @@ def main() -> None:
     print(table.to_markdown(floatfmt=".3f"))
     for _, r in df[(df["rule"] == "two-stage") & df["excludes_0"]].iterrows():
         print(f"two-stage, excludes 0: {r['run']}: {r['estimate']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}], "
-              f"ν = {r['df']:.1f}")
+              f"ν = {'∞' if not np.isfinite(r['df']) else format(r['df'], '.1f')}")
     if args.csv:
         df.to_csv(args.csv, index=False, float_format="%.4f")
         print(f"wrote {args.csv}")

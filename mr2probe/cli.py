@@ -320,10 +320,10 @@ def bench(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     report_only: bool = typer.Option(False, "--report-only", help="No extraction or training: report every run "
                                      "folder that has a results.json again with the current protocol (tables "
-                                     "and plots, no report.html), then the [[compare]] files and summary.md."),
+                                     "and plots, no report.html), then the \\[\\[compare]] files and summary.md."),
 ) -> None:
-    """Run a benchmark suite: extract, train and report every dataset × encoder × head and every [[runs]]
-    entry, then the [[compare]] files and summary.md; a cell or run whose data, weights or features are missing
+    """Run a benchmark suite: extract, train and report every dataset × encoder × head and every \\[\\[runs]]
+    entry, then the \\[\\[compare]] files and summary.md; a cell or run whose data, weights or features are missing
     is skipped with one line (under `torchrun --nproc_per_node=N -m
     mr2probe bench ...` every extraction and every run is spread over N processes; rank 0 reports)."""
     from .bench import load_suite, run_suite

@@ -5,7 +5,9 @@ Protocol (../shared/spec/protocol.md): val is the file's val split, else a strat
 the best val score (``select``: "acc" overall or "macc" mean per-class accuracy) is kept and evaluated once on
 test. Each seed's stack is saved to ``RUN_DIR/parts/`` as soon as it finishes, so a killed run resumes
 without retraining finished seeds. Under the ``checkpoints`` budget rule each head is in its best checkpoint's
-state (trainer.py), so the selection picks (checkpoint step, lr, wd, method parameters) per method.
+state (trainer.py), so the selection picks (checkpoint step, lr, wd, method parameters) per method. Under
+``search="halving"`` (successive halving, trainer.py) each method's grid is cut on val at the rungs and the
+selection is among the heads that reached the budget; every grid entry records the step its head stopped at.
 
 Features (train + val + test as float32) that fit in ``max_memory`` are loaded onto the training device;
 larger files are validated chunk by chunk and streamed from the file during training (``source.py``).
@@ -41,7 +43,7 @@ from .settings import BUDGET_RULES, EXACT_PROBE, EXACT_PROBE_TOLERANCE, resolved
 from .progress import console, progress_bar
 from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_max_memory, stream_layout
 from .trainer import (TrainConfig, TrainData, budget, checkpoint_steps, chunk_rows, expand_runs, method_hparams,
-                      pick_device, select_scores, train_stack, train_steps)
+                      pick_device, search_schedule, select_scores, train_stack, train_steps)
 
 SELECT_METRICS = SELECT  # val score of the grid: overall or mean per-class accuracy (as the reference probes)
 
@@ -109,6 +111,7 @@ def config_from_settings(features: Path, out: Path, methods: list[str], seeds: l
     train = TrainConfig(epochs=v["epochs"], batch_size=v["batch_size"], lrs=tuple(v["lr"]),
                         weight_decays=tuple(v["wd"]), l2s=tuple(v["l2"]),
                         min_steps=v["min_steps"], budget_rule=v["budget_rule"], max_steps=v["max_steps"],
+                        search=v["search"],
                         scales=tuple(v["scale"]),
                         method_params={m: dict(p) for m, p in (method_params or {}).items()},
                         use_method_grids=v["method_grid"], probe=probe, device=v["device"], progress=progress)
@@ -243,10 +246,11 @@ LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of ``scales`` in every 
 
 
 def _keyed_train(train: dict[str, Any]) -> dict[str, Any]:
-    """The training settings that change the numbers: without the progress bars and CPU chunking, and without the
-    budget rule's settings under the default rule ``floor`` (so keys made before the rule existed are unchanged)."""
+    """The training settings that change the numbers: without the progress bars and CPU chunking, without the
+    budget rule's settings under the default rule ``floor`` and without ``search`` under the default ``full`` (so
+    keys made before the rule or the search existed are unchanged)."""
     drop = {"progress", "chunk_mib"} | ({"budget_rule", "max_steps"} if train.get("budget_rule", "floor") == "floor"
-                                        else set())
+                                        else set()) | ({"search"} if train.get("search", "full") == "full" else set())
     return {k: v for k, v in train.items() if k not in drop}
 
 
@@ -278,9 +282,13 @@ _AS_MADE = ("provenance", "notes", "config", "mr2probe_version")
 
 
 def _config_record(cfg: ExperimentConfig) -> dict[str, Any]:
-    """results.json's ``config``: the run's settings as given."""
+    """results.json's ``config``: the run's settings as given (``search`` only when it is not the default ``full``,
+    so that results.json of a full search is as before the setting existed)."""
+    train = asdict(cfg.train)
+    if train["search"] == "full":
+        del train["search"]
     return {"methods": cfg.methods, "seeds": cfg.seeds, "null": cfg.null, "select": cfg.select,
-            "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train),
+            "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": train,
             "max_memory": cfg.max_memory}
 
 
@@ -377,14 +385,15 @@ def calibrate_budget(data: TrainData, test: tuple[torch.Tensor | StreamedFeature
     """The ``reach-logreg`` budget rule (protocol.md: the reference must not be under-fit; a CE probe reaches the
     exact L2 logistic regression within 0.5 point): min_steps s = s₀, 2·s₀, 4·s₀, … (s₀: the floor rule's budget)
     until the reference's best val score over its grid, seed ``seed``, is within :data:`EXACT_PROBE_TOLERANCE`
-    points of logreg's (C on val), or s reaches ``max_steps``. Val only: test is not looked at. Returns the
-    record kept in results.json's ``budget``: the chosen min_steps, whether logreg was reached, every trial."""
+    points of logreg's (C on val), or s reaches ``max_steps``. Val only: test is not looked at. The reference's
+    whole grid trains every trial (a full search, also under ``search="halving"``). Returns the record kept in
+    results.json's ``budget``: the chosen min_steps, whether logreg was reached, every trial."""
     exact, _ = reference_probe_run(EXACT_PROBE, data, test, cfg, seed, probe_cache)
     target = exact["val_score"] - EXACT_PROBE_TOLERANCE / 100
     epochs, per_epoch = budget(len(data.y), cfg.train)
     steps, trials = epochs * per_epoch, []
     while True:
-        train_cfg = replace(cfg.train, min_steps=steps)
+        train_cfg = replace(cfg.train, min_steps=steps, search="full")
         with progress_bar(f"budget: {reference} at {steps} steps against {EXACT_PROBE} on val",
                           total=int(np.prod(budget(len(data.y), train_cfg))),
                           enabled=cfg.train.progress and rank_world()[0] == 0) as bar:
@@ -406,6 +415,7 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
                ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[str, torch.Tensor]]:
     """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test — with the
     selected head rebuilt alone from its saved parameters, the same computation ``mr2probe predict`` makes.
+    Under successive halving the selection is among the heads that reached the budget (``TrainedStack.finished``).
     Returns the runs, the test predictions and the selected heads' parameters ("method/seed/param" → tensor)."""
     stack_methods = [m for m in cfg.methods if m not in REFERENCE_PROBES]
     runs, preds, saved = [], {}, {}
@@ -422,9 +432,12 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
     wall = time.time() - t0
     val_logits = trained.predict(data.val_x)
     scores = select_scores(val_logits, data.val_y, data.num_classes, cfg.select)
+    finished = trained.finished
+    halved = trained.stopped_at is not None
     for method in stack_methods:
         heads = [i for i, s in enumerate(trained.specs) if s.method == method]
-        best = heads[int(np.argmax(scores[heads]))]  # first best on ties
+        reached = [i for i in heads if finished[i]]  # every head, but under successive halving its survivors
+        best = reached[int(np.argmax(scores[reached]))]  # first best on ties
         state = trained.probe.select([best])
         saved.update({f"{method}/{seed}/{k}": v.cpu() for k, v in state.items()})
         test_pred = predict_labels(ProbeStack.from_state(cfg.train.probe, data.x.shape[1], data.num_classes, state)
@@ -439,7 +452,8 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
                "per_class_acc": acc.tolist(),
                "val_per_class_acc": per_class_accuracy(val_pred, yv, data.num_classes).tolist(),
                "grid": [{"hparams": trained.specs[i].params, "val_score": float(scores[i]),
-                         **({"checkpoint_step": trained.checkpoint_step[i]} if ckpt else {})} for i in heads],
+                         **({"checkpoint_step": trained.checkpoint_step[i]} if ckpt else {}),
+                         **({"stopped_at": trained.stopped_at[i]} if halved else {})} for i in heads],
                **({"checkpoint_step": trained.checkpoint_step[best],
                    "checkpoint_val_scores": [float(v) for v in trained.checkpoint_scores[:, best]]} if ckpt else {}),
                "stack_wall_time_s": round(wall, 2), **trained.info[best]}
@@ -624,6 +638,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     epochs, per_epoch = budget(len(episodes[0]["rows"]), cfg.train)
     if checkpoints:  # trained to the last checkpoint; each run's own step is its checkpoint_step
         epochs = checkpoints[0][-1] // per_epoch
+    search = search_schedule(len(episodes[0]["rows"]), cfg.train)  # successive halving's rungs (None: full)
     results = {
         "mr2probe_version": __version__,
         "class_names": fs.class_names,
@@ -635,7 +650,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
                    "rule": BUDGET_RULES[cfg.train.budget_rule],
                    **({"calibration": calibration} if calibration else {}),
                    **({"checkpoints": checkpoints[0], "floor_steps": checkpoints[0][0],
-                       "max_steps": cfg.train.max_steps} if checkpoints else {})},
+                       "max_steps": cfg.train.max_steps} if checkpoints else {}),
+                   **({"search": search} if search else {})},
         "profile": profile,
         "train_class_counts": episodes[0]["train_class_counts"],
         "episodes": [{k: v for k, v in ep.items() if k != "rows"} for ep in episodes.values()],

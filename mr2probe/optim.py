@@ -9,6 +9,11 @@ Loshchilov & Hutter 2017) whose cycles end at e₁ < e₂ < … < e_C = T (e₀ 
 One cycle (ends [T]) is the plain cosine schedule ½(1 + cos(π t / T)). Every cycle's last step has f ≈ 0, so the
 model at each e_c is annealed; the moments m, v and the step count t run on across restarts. Being elementwise,
 a head updated inside a stack moves exactly as it would alone.
+
+Heads leave a stack mid-run (successive halving, :mod:`mr2probe.trainer`): :meth:`StackedAdamW.select_heads`
+keeps the rows of the survivors in a group (parameters, m, v, lr, λ: one ``index_select`` each);
+:meth:`StackedAdamW.freeze_heads` stops rows of a group that keeps its shape (λ = 0 and m = v = 0, so with a zero
+gradient θ stays bit for bit).
 """
 from __future__ import annotations
 
@@ -57,6 +62,48 @@ class StackedAdamW:
         # one scratch tensor per parameter, reused every step: a step allocates nothing of the parameter's size
         # (fresh multi-MB buffers cost page faults on every step of a large stack)
         self.scratch = {id(p): torch.empty_like(p) for ps, _, _ in self.groups for p in ps}
+
+    def _group(self, params: Sequence[torch.Tensor]) -> int | None:
+        """Index of the group holding ``params`` (by identity of its first tensor); None for an empty list."""
+        if not params:
+            return None
+        for i, (ps, _, _) in enumerate(self.groups):
+            if ps and ps[0] is params[0]:
+                return i
+        raise ValueError("these parameters are not in the optimiser")
+
+    @torch.no_grad()
+    def select_heads(self, params: Sequence[torch.Tensor], keep: torch.Tensor, kept: Sequence[torch.Tensor]) -> None:
+        """Keep only the heads ``keep`` (indices along the head axis, [h']) of the group holding ``params``: its
+        parameters become ``kept`` (their owner's new tensors of those rows, ``p[keep]``, in the same order), its
+        moments, scratch tensors, lr and weight decay their rows ``keep``. The step count t and the schedule run
+        on. (New tensors, not ``p.data = p.data[keep]``: autograd keeps a parameter's shape in its gradient node.)"""
+        i = self._group(params)
+        if i is None:
+            return
+        ps, lr, wd = self.groups[i]
+        for p, q in zip(ps, kept, strict=True):
+            m, v = self.state.pop(id(p))
+            self.state[id(q)] = (m.index_select(0, keep), v.index_select(0, keep))
+            del self.scratch[id(p)]
+            self.scratch[id(q)] = torch.empty_like(q)
+        self.groups[i] = (list(kept), lr.index_select(0, keep), wd.index_select(0, keep))
+
+    @torch.no_grad()
+    def freeze_heads(self, params: Sequence[torch.Tensor], frozen: torch.Tensor) -> None:
+        """Stop the heads ``frozen`` ([h] bool) of the group holding ``params`` without changing its shape: λ = 0 and
+        m = v = 0 on their rows. With a zero gradient there (their losses left out) m and v stay 0, θ(1 − η_tλ) = θ
+        and m / d = 0 (d = ε·c₁/η_t > 0): the rows do not move at all."""
+        i = self._group(params)
+        if i is None:
+            return
+        ps, lr, wd = self.groups[i]
+        frozen = frozen.to(lr.device)
+        for p in ps:
+            rows = frozen.reshape((-1,) + (1,) * (p.ndim - 1))
+            for t in self.state[id(p)]:
+                t.masked_fill_(rows, 0.0)
+        self.groups[i] = (ps, lr, wd.masked_fill(frozen, 0.0))
 
     def lr_factor(self) -> float:
         """f(t) of the schedule at the coming step t."""

@@ -1,14 +1,16 @@
 """The report stage: results.json (+ predictions.npz) → the protocol table (markdown, CSV, LaTeX), plots, HTML,
 and a Δ summary across runs.
 
-Groups come from the reference method (default ce) averaged over seeds and are the same for every method; they are
-ranked on val by default (``--groups-on val|crossfit|test``, :data:`~mr2probe.settings.GROUPS_ON`). Each column is
-mean ± sample SD (ddof = 1) over seeds; Δ columns are paired seed by seed with the reference. The null control
+Groups come from the reference method (default ce) and are the same for every method; they are ranked on val by
+default, each replicate pair with groups ranked on the reference's other replicates (``--groups-on
+val|val-pooled|crossfit|test``, :data:`~mr2probe.settings.GROUPS_ON`). Each column is mean ± sample SD (ddof = 1)
+over replicates; Δ columns are paired replicate by replicate with the reference. The null control
 (``<reference> (null)``: the reference trained again on disjoint seeds) is a row like any method: its Δs and CIs
-show what "no effect" looks like. CIs are 95% bootstrap intervals of the seed mean (:class:`~mr2probe.metrics.
-Bootstrap`: 1000 draws of test images, seed 0, shared by seeds and methods). The best value of each column (as
-displayed, 2 decimals; ties all marked; neither the null control nor, in Δ columns, the reference is a
-candidate) is bold: highest for accuracies, Δs and HardPrec, lowest for Std and Gap.
+show what "no effect" looks like. CIs, p, q, the MDE and the verdicts follow one rule (:mod:`~mr2probe.inference`:
+a two-stage SE over replicates and shared, paired bootstraps of test images, Student t with Welch–Satterthwaite
+ν, Benjamini–Hochberg over the table's methods, TOST at ``--equivalence-margin``). The best value of each column
+(as displayed, 2 decimals; ties all marked; neither the null control nor, in Δ columns, the reference is a
+candidate) is bold: highest for accuracies, Δs and HardPrec, lowest for Std, Gap and ΔGap.
 
 With test predictions (predictions.npz) the tables also carry the instruments of :class:`~mr2probe.summary.Summary`
 (definitions in ``summary.INSTRUMENTS_DEFINITIONS``): HardPrec (mean precision of the hard classes, %), HardRate
@@ -209,6 +211,18 @@ def reference_check_line(s: Summary) -> str | None:
     if c is None:
         return None
     steps = "" if c.get("steps") is None else f"{c['steps']} steps"
+    if c.get("checkpoints"):
+        how = (f"checkpoints {', '.join(str(x) for x in c['checkpoints'])} steps chosen per method on val, "
+               f"{s.reference} at {', '.join(str(x) for x in c['reference_checkpoints']) or '?'}")
+        budget = f" (budget: {how})"
+        if c["under_fit"]:
+            return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} "
+                    f"points above {s.reference} on All, more than the protocol's {c['tolerance']:g}: the reference "
+                    f"may be under-fit (a larger --max-steps or a wider grid){budget}")
+        return (f"Reference check: {s.reference} is within {c['tolerance']:g} point of {c['probe']} (exact L2 "
+                f"logistic regression, C on val) on All ({c['probe']} {c['gap']:+.2f}){budget}" if c["gap"] >=
+                -c["tolerance"] else f"Reference check: {s.reference} is {-c['gap']:.2f} points above {c['probe']} "
+                f"(exact L2 logistic regression, C on val) on All{budget}")
     if c.get("calibrated"):
         how = f"{steps} by the reach-logreg rule" + (", reached on val" if c["reached"] else
                                                     ", its ceiling: not reached on val (raise --max-steps)")

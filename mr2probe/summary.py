@@ -338,7 +338,7 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    mde=detectable_delta_hard(inference, null_method),
                    seed_stability=seed_stability(ref_runs, list(results["class_names"])),
                    grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}),
-                   reference_check=reference_probe_check(mean, reference, results.get("budget")),
+                   reference_check=reference_probe_check(mean, reference, results.get("budget"), ref_runs),
                    inference=inference, margin=margin,
                    loo_groups=group_on == "val" and pair_folds[0] is not folds)
 
@@ -494,7 +494,8 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
 
 
 def reference_probe_check(mean: dict[str, dict[str, float]], reference: str,
-                          budget: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                          budget: dict[str, Any] | None = None, ref_runs: Sequence[dict[str, Any]] = ()
+                          ) -> dict[str, Any] | None:
     """The reference against the exact logistic regression on the same features: gap = All(logreg) − All(reference)
     (seed means, points) and ``under_fit`` = gap > :data:`EXACT_PROBE_TOLERANCE` (a budget or grid too small for
     these features), with the run's step budget (``steps``; ``calibrated``/``reached`` under the reach-logreg
@@ -504,9 +505,11 @@ def reference_probe_check(mean: dict[str, dict[str, float]], reference: str,
     gap = mean[EXACT_PROBE]["All"] - mean[reference]["All"]
     budget = budget or {}
     calibration = budget.get("calibration")
+    chosen = sorted({int(r["checkpoint_step"]) for r in ref_runs if r.get("checkpoint_step") is not None})
     return {"probe": EXACT_PROBE, "gap": gap, "tolerance": EXACT_PROBE_TOLERANCE,
             "under_fit": bool(gap > EXACT_PROBE_TOLERANCE), "steps": budget.get("steps"),
-            "calibrated": calibration is not None, "reached": None if calibration is None else calibration["reached"]}
+            "calibrated": calibration is not None, "reached": None if calibration is None else calibration["reached"],
+            "checkpoints": budget.get("checkpoints"), "reference_checkpoints": chosen}
 
 
 def _is_number(v: Any) -> bool:

@@ -11,6 +11,13 @@ warm restarts end at the checkpoints F, 2F, 4F, … (F the floor budget, :func:`
 checkpoint every head is scored on val and keeps its best state so far, so selection on val picks each method's
 own budget along with its other hyperparameters.
 
+Under ``search="halving"`` (successive halving, η = 3, :func:`halving_rungs`) every grid point starts in the stack;
+at the rungs ⌈T/9⌉ and ⌈T/3⌉ of the stack's T steps each method's heads are ranked on val (the score of the grid
+selection) and only the best ⌈n/3⌉, then ⌈n/9⌉ of its n grid points go on: the others stop, frozen in their state
+at that step, and leave the stack — its parameters and optimiser state are compacted to the survivors, so every
+later step multiplies only their weights. Methods keep their own per-head state at full size: the trainer hands
+them the survivors' logits at their positions (zeros for stopped heads) and sums only the survivors' losses.
+
 Features are tensors on the training device, or — when they do not fit the memory cap — a
 :class:`~mr2probe.source.StreamedFeatures` read from the feature file: the trainer only slices them
 (``x[i:j]``, in chunks) and draws training batches through :func:`epoch_batches`.
@@ -57,6 +64,7 @@ class TrainConfig:
     budget_rule: str = TRAIN["budget_rule"].default  # floor; reach-logreg: min_steps calibrated (experiment.py);
     # checkpoints: one run to the largest checkpoint, each head's best checkpoint on val (checkpoint_steps)
     max_steps: int = TRAIN["max_steps"].default  # ceiling of the reach-logreg calibration and of the checkpoints
+    search: str = TRAIN["search"].default  # full: every grid point to the budget; halving: halving_rungs
     l2s: tuple[float, ...] = TRAIN["l2"].default  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights
     scales: tuple[float, ...] = TRAIN["scale"].default  # cosine-head scale grid, selected on val
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # fixed overrides per method
@@ -82,6 +90,7 @@ class TrainConfig:
         if self.min_steps < 0:
             raise UserError(f"--min-steps must be ≥ 0, got {self.min_steps}")
         TRAIN["budget_rule"].check_choice(self.budget_rule, "--budget-rule")
+        TRAIN["search"].check_choice(self.search, "--search")
         if self.max_steps < 1:
             raise UserError(f"--max-steps must be ≥ 1, got {self.max_steps}")
         if not self.l2s or any(not 0 <= v < float("inf") for v in self.l2s):
@@ -123,6 +132,37 @@ def train_steps(n: int, cfg: TrainConfig) -> int:
         return checkpoint_steps(n, cfg)[-1]
     epochs, per_epoch = budget(n, cfg)
     return epochs * per_epoch
+
+
+HALVING_ETA = 3  # successive halving: each rung keeps a third of every method's heads
+
+
+HALVING_RUNGS = 2  # rungs at T/η², T/η
+
+
+def halving_rungs(steps: int, eta: int = HALVING_ETA, count: int = HALVING_RUNGS) -> list[tuple[int, int]]:
+    """Successive halving's rungs for a stack of T = ``steps`` optimiser steps: (r_k, k), k = 1 … R (R = ``count``),
+    r_k = ⌈T / η^(R+1−k)⌉ — T/9 then T/3 at η = 3 — only those before T (none for T = 1). At rung k each method
+    keeps its ⌈n/η^k⌉ best heads on val (:func:`halving_survivors`); rungs that fall on one step cut there once,
+    to the later rung's survivors."""
+    rungs = [(-(-steps // eta ** (count + 1 - k)), k) for k in range(1, count + 1)]
+    return [(r, k) for r, k in rungs if r < steps]
+
+
+def halving_survivors(n: int, k: int, eta: int = HALVING_ETA) -> int:
+    """⌈n / η^k⌉: the heads of a method with n grid points that train on after rung k (≥ 1 for n ≥ 1)."""
+    return -(-n // eta**k)
+
+
+def search_schedule(n: int, cfg: TrainConfig) -> dict[str, Any] | None:
+    """results.json's ``budget.search`` for ``n`` training rows under ``search="halving"``: the rung steps, η and the
+    survivors per method after each rung; None under ``full``."""
+    if cfg.search != "halving":
+        return None
+    steps = train_steps(n, cfg)
+    return {"rule": "halving", "eta": HALVING_ETA, "steps": steps,
+            "rungs": [{"step": r, "keep": f"ceil(n/{HALVING_ETA ** k})"} for r, k in halving_rungs(steps)],
+            "select": "among the heads that reach the budget"}
 
 
 def select_scores(logits: torch.Tensor, y: torch.Tensor, k: int, select: str) -> np.ndarray:
@@ -224,14 +264,27 @@ def epoch_batches(x: torch.Tensor | StreamedFeatures, batch_size: int, gen: torc
 class TrainedStack:
     """The result of training one stack: its runs, the probe and each head's method info. Under the
     ``checkpoints`` rule also the checkpoint steps, every head's val score at each ([C, H]) and the step whose
-    state the probe holds for each head (the first best; without checkpoints empty / None)."""
+    state the probe holds for each head (the first best; without checkpoints empty / None). Under successive
+    halving also the rung steps and the step at which each head stopped (``stopped_at``: a rung, or the budget
+    for the heads that reached it; its state is from then); a head stopped at a rung holds no checkpoint (None,
+    and NaN scores from its rung on)."""
 
     specs: list[RunSpec]
     probe: ProbeStack
     info: list[dict[str, Any]]
     checkpoints: list[int] = field(default_factory=list)
     checkpoint_scores: np.ndarray | None = None  # [C, H] val scores
-    checkpoint_step: list[int] | None = None  # [H] the checkpoint each head's state is from
+    checkpoint_step: list[int | None] | None = None  # [H] the checkpoint each head's state is from
+    rungs: list[int] = field(default_factory=list)  # successive halving's rung steps
+    stopped_at: list[int] | None = None  # [H] under successive halving: the step each head stopped at
+
+    @property
+    def finished(self) -> list[bool]:
+        """[H] whether each head trained to the budget (all of them without successive halving)."""
+        if self.stopped_at is None:
+            return [True] * len(self.specs)
+        last = max(self.stopped_at)
+        return [s == last for s in self.stopped_at]
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor | StreamedFeatures, heads: list[int] | None = None) -> torch.Tensor:
@@ -242,17 +295,20 @@ class TrainedStack:
         return logits if heads is None else logits[heads]
 
 
-def head_chunks(specs: list[RunSpec], heads_per_chunk: int) -> list[list[RunSpec]]:
+def head_chunks(specs: list[RunSpec], heads_per_chunk: int, whole: bool = False) -> list[list[RunSpec]]:
     """``specs`` (grouped by method) cut into consecutive chunks of at most ``heads_per_chunk`` heads, packing whole
     methods greedily (a method with more heads than that is cut into full chunks): a method's slice is split only
-    when it alone exceeds a chunk, so its per-stack work (JTT's first stage, shared statistics) is not repeated."""
+    when it alone exceeds a chunk, so its per-stack work (JTT's first stage, shared statistics) is not repeated.
+    ``whole``: never split a method (one larger than a chunk is a chunk of its own), as successive halving ranks
+    all of a method's heads together."""
     chunks: list[list[RunSpec]] = []
     for _, sl in _slices(specs):
         group = specs[sl]
         if chunks and len(chunks[-1]) + len(group) <= heads_per_chunk:
             chunks[-1].extend(group)
             continue
-        chunks.extend(list(group[i:i + heads_per_chunk]) for i in range(0, len(group), max(heads_per_chunk, 1)))
+        step = len(group) if whole else max(heads_per_chunk, 1)
+        chunks.extend(list(group[i:i + step]) for i in range(0, len(group), step))
     return chunks
 
 
@@ -286,12 +342,13 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     go through in chunks (:func:`chunk_size`), each chunk a stack of its own that shares the seed's batches and the
     statistics of frozen features; the result is one stack, the same heads in the same order. Under the
     ``checkpoints`` rule (and no ``epochs`` of an auxiliary stage) every head returns in its best state on val by
-    the score ``select`` (:func:`select_scores`) over the checkpoints."""
+    the score ``select`` (:func:`select_scores`) over the checkpoints. Under ``search="halving"`` (no ``epochs``)
+    each method's heads are cut at the rungs (:func:`halving_rungs`); chunks then hold whole methods."""
     if len({s.seed for s in specs}) != 1:
         raise ValueError("a stack trains runs of one seed")
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
     size = chunk_size(cfg, data.num_classes, data.y.device, torch.empty(0, dtype=data.x.dtype).element_size())
-    chunks = [specs] if size is None else head_chunks(specs, size)
+    chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.search == "halving" and epochs is None)
     if len(chunks) == 1:
         return _train_stack(data, specs, cfg, log, epochs, description, bar, {}, 1.0, select)
     total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
@@ -303,10 +360,40 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
         parts = [_train_stack(data, c, cfg, log, epochs, f"{description} · chunk {i + 1}/{len(chunks)}", bar, shared,
                               len(c) / len(specs), select) for i, c in enumerate(chunks)]
     ckpt = parts[0].checkpoint_scores is not None
+    halved = parts[0].stopped_at is not None
     return TrainedStack(specs=[s for p in parts for s in p.specs], probe=ProbeStack.concat([p.probe for p in parts]),
                         info=[i for p in parts for i in p.info], checkpoints=parts[0].checkpoints,
                         checkpoint_scores=np.concatenate([p.checkpoint_scores for p in parts], 1) if ckpt else None,
-                        checkpoint_step=[c for p in parts for c in p.checkpoint_step] if ckpt else None)
+                        checkpoint_step=[c for p in parts for c in p.checkpoint_step] if ckpt else None,
+                        rungs=parts[0].rungs, stopped_at=[t for p in parts for t in p.stopped_at] if halved else None)
+
+
+@dataclass
+class _View:
+    """Where a method's ``h`` heads are while a stack trains: ``g`` their slice of the stack as built (fixed), ``sl``
+    their slice of it now (heads leave it under successive halving, :class:`_Halving`), ``local`` the positions of
+    the heads still in it among the method's own h (None: all of them, in order)."""
+
+    g: slice
+    h: int
+    sl: slice
+    local: torch.Tensor | None = None
+
+    def full(self, t: torch.Tensor) -> torch.Tensor:
+        """Per-head rows of the live heads [h', …] as the method's h rows: zeros at stopped heads (``index_copy``,
+        differentiable in ``t``); ``t`` itself while every head is live."""
+        if self.local is None:
+            return t
+        return t.new_zeros((self.h, *t.shape[1:])).index_copy(0, self.local, t)
+
+    def full_rep(self, t: torch.Tensor) -> torch.Tensor:
+        """A representation [h'|1, …]: one row (shared by all heads, or the one live head's: broadcast, it reaches
+        that head) as it is, else :meth:`full`."""
+        return t if t.shape[0] == 1 else self.full(t)
+
+    def live(self, loss: torch.Tensor) -> torch.Tensor:
+        """The live heads' entries [h'] of a per-head loss [h]."""
+        return loss if self.local is None else loss.index_select(0, self.local)
 
 
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
@@ -319,37 +406,43 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     checkpoint c the val scores s_c [H] are taken and, per head, best ← c where s_c > s_best (strictly: the
     earliest checkpoint on ties), the head's parameters copied with one ``torch.where`` per tensor. The methods
     see ``ctx.epochs`` = the floor's epochs (JTT's stage 1, LDAM's deferral epoch), so the first checkpoint is the
-    floor rule's model."""
+    floor rule's model.
+
+    Successive halving (``search="halving"``, no ``epochs`` given): after the step of each rung (after the
+    checkpoint where both fall on one step) the stack is cut to each method's best heads on val (:class:`_Halving`)."""
     seed = specs[0].seed
     n = len(data.y)
-    checkpoints = checkpoint_steps(n, cfg) if cfg.budget_rule == "checkpoints" and epochs is None else []
+    main = epochs is None  # the sweep itself, not an auxiliary stage
+    checkpoints = checkpoint_steps(n, cfg) if cfg.budget_rule == "checkpoints" and main else []
     epochs, steps_per_epoch = budget(n, cfg, epochs)
     train_epochs = checkpoints[-1] // steps_per_epoch if checkpoints else epochs
+    total = train_epochs * steps_per_epoch
+    rungs = halving_rungs(total) if cfg.search == "halving" and main else []
     probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
                        [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
         device=data.x.device, dtype=data.x.dtype)
 
-    def make_ctx(sl: slice) -> FitContext:
+    def make_ctx(v: _View) -> FitContext:
         def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             c = chunk_rows(data.x)
             with torch.no_grad():
                 for i in range(0, n, c):
                     z = probe.represent(data.x[i:i + c])
-                    yield (z if z.shape[0] == 1 else z[sl]), data.y[i:i + c]
+                    yield (z if z.shape[0] == 1 else v.full(z[v.sl])), data.y[i:i + c]
 
         def predict(x: torch.Tensor | StreamedFeatures) -> torch.Tensor:
             c = chunk_rows(x)
             with torch.no_grad():
-                return torch.cat([probe(x[i:i + c])[1][sl] for i in range(0, len(x), c)], 1)
+                return v.full(torch.cat([probe(x[i:i + c])[1][v.sl] for i in range(0, len(x), c)], 1))
 
         def represent_input_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             c = chunk_rows(data.x)
             with torch.no_grad():
                 for i in range(0, n, c):
-                    yield probe.adapter_output(data.x[i:i + c], sl), data.y[i:i + c]
+                    yield v.full_rep(probe.adapter_output(data.x[i:i + c], v.sl)), data.y[i:i + c]
 
         def represent_input(idx: torch.Tensor) -> torch.Tensor:
-            return probe.adapter_output(data.x[idx], sl)
+            return v.full_rep(probe.adapter_output(data.x[idx], v.sl))
 
         def train_aux(method: str, hparams: list[dict[str, Any]], aux_epochs: int) -> torch.Tensor:
             aux = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
@@ -362,14 +455,15 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                           shared=shared, represent_input_train=represent_input_train,
                           represent_input=represent_input)
 
-    methods: list[tuple[Method, slice]] = []
+    methods: list[tuple[Method, _View]] = []
     for name, sl in _slices(specs):
         cls = METHODS.get(name)
         if cls.needs_adapter and cfg.probe.adapter == "none":
             raise UserError(f"method {name!r} needs a trainable adapter: pass --adapter linear or mlp")
-        m = cls([s.params for s in specs[sl]], make_ctx(sl))
+        view = _View(g=sl, h=sl.stop - sl.start, sl=sl)
+        m = cls([s.params for s in specs[sl]], make_ctx(view))
         m.name = name
-        methods.append((m, sl))
+        methods.append((m, view))
     for m, _ in methods:
         m.prepare()
 
@@ -378,21 +472,33 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     l2 = l2 if bool(l2.any()) else None
     wd = torch.tensor([s.params["weight_decay"] for s in specs], dtype=data.x.dtype, device=data.x.device)
     groups = [(list(probe.parameters()), lr, wd)]
-    groups += [(m.extra_parameters(), lr[sl], wd[sl]) for m, sl in methods]
+    groups += [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in methods]
     opt = StackedAdamW(groups, cycle_ends=checkpoints or [epochs * steps_per_epoch])
     detach = torch.zeros(len(specs), dtype=torch.bool, device=data.x.device)
-    for m, sl in methods:
-        detach[sl] = type(m).detach_head_input
+    for m, v in methods:
+        detach[v.g] = type(m).detach_head_input
     detach = detach if bool(detach.any()) else None
-    sizes = [sl.stop - sl.start for _, sl in methods]
+    sizes = [v.h for _, v in methods]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     info: list[dict[str, Any]] = [{} for _ in specs]
     keeper = _BestState(probe, data, select, methods, info) if checkpoints else None
+    halving = _Halving(probe, opt, data, select, methods, info, rungs, total, keeper) if rungs else None
+    step = 0
+
+    def cut() -> None:
+        """Successive halving's cut at this step: the stack and the per-head tensors of the step shrink."""
+        nonlocal l2, detach, sizes
+        keep = halving.cut(step)
+        if keep is not None:
+            l2 = None if l2 is None else l2.index_select(0, keep)
+            detach = None if detach is None else detach.index_select(0, keep)
+            sizes = [v.sl.stop - v.sl.start for _, v in methods]
+
     own = progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=train_epochs * steps_per_epoch,
                        enabled=cfg.progress and bar is None)
     with own if bar is None else contextlib.nullcontext(bar) as bar:
         for epoch in range(train_epochs):
-            bar.update(description=f"{description} · seed {seed} · {len(specs)} heads · epoch {epoch + 1}/"
+            bar.update(description=f"{description} · seed {seed} · {probe.num_heads} heads · epoch {epoch + 1}/"
                                    f"{train_epochs}")
             for m, _ in methods:
                 m.on_epoch_start(epoch)
@@ -403,7 +509,9 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                 # gradients, where slicing would zero-fill a full [H, B, K] gradient per method and add them
                 parts = logits.split(sizes)
                 reps = rep.split(sizes) if rep.shape[0] > 1 else [rep] * len(methods)
-                loss = sum(m.loss(Batch(lg, r, yb, idx)).sum() for (m, _), lg, r in zip(methods, parts, reps))
+                # each method sees all its h heads (stopped ones as zeros, :class:`_View`); only live losses count
+                loss = sum(v.live(m.loss(Batch(v.full(lg), v.full_rep(r), yb, idx))).sum()
+                           for (m, v), lg, r in zip(methods, parts, reps))
                 if l2 is not None:  # ½·l2_h·‖W_h‖² per head: the objective of L2 logistic regression, mean-CE form
                     loss = loss + 0.5 * (l2 * probe.head_W.pow(2).sum((1, 2))).sum()
                 if not torch.isfinite(loss):
@@ -412,51 +520,191 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                 loss.backward()
                 opt.step()
                 bar.advance(weight)
+                step += 1
+                if halving is not None and step % steps_per_epoch and halving.due(step):  # a rung inside an epoch
+                    cut()
             if keeper is not None and (epoch + 1) * steps_per_epoch in checkpoints:
                 keeper.checkpoint((epoch + 1) * steps_per_epoch)
+            if halving is not None and halving.due(step):  # a rung at the epoch's end: after its checkpoint
+                cut()
     opt.zero_grad()
+    if halving is not None:
+        return halving.result(specs, checkpoints)
     if keeper is not None:
         return keeper.restore(specs, checkpoints)
-    for m, sl in methods:
-        for i, extra in zip(range(sl.start, sl.stop), m.info()):
+    for m, v in methods:
+        for i, extra in zip(range(v.g.start, v.g.stop), m.info()):
             info[i] = extra
     return TrainedStack(specs=specs, probe=probe, info=info)
 
 
 class _BestState:
     """Each head's best state over the checkpoints: its val score s_c = :func:`select_scores` at every checkpoint,
-    and the parameters and method info of the first checkpoint with the highest score."""
+    and the parameters and method info of the first checkpoint with the highest score. ``alive``: the positions of
+    the heads still in the (compacted) stack under successive halving, None while it holds every head."""
 
     def __init__(self, probe: ProbeStack, data: TrainData, select: str,
-                 methods: list[tuple[Method, slice]], info: list[dict[str, Any]]) -> None:
+                 methods: list[tuple[Method, _View]], info: list[dict[str, Any]]) -> None:
         self.probe, self.data, self.select, self.methods, self.info = probe, data, select, methods, info
         h = probe.num_heads
         self.best = torch.full((h,), -float("inf"), dtype=torch.float64)
         self.step = torch.zeros(h, dtype=torch.long)
         self.state = {k: v.detach().clone() for k, v in probe.state_dict().items()}
         self.scores: list[np.ndarray] = []
+        self.alive: torch.Tensor | None = None
 
     @torch.no_grad()
     def checkpoint(self, step: int) -> None:
-        """Score every head on val; heads that beat their best (strictly) take the current state and info."""
+        """Score every live head on val; heads that beat their best (strictly) take the current state and info
+        (stopped heads score NaN: never better)."""
         x, c = self.data.val_x, chunk_rows(self.data.val_x)
         logits = torch.cat([self.probe(x[i:i + c])[1] for i in range(0, len(x), c)], 1)
         scores = select_scores(logits, self.data.val_y, self.data.num_classes, self.select)
+        if self.alive is not None:
+            every = np.full(len(self.best), np.nan)
+            every[self.alive.cpu().numpy()] = scores
+            scores = every
         self.scores.append(scores)
         better = torch.as_tensor(scores, dtype=torch.float64) > self.best
         self.best = torch.where(better, torch.as_tensor(scores, dtype=torch.float64), self.best)
         self.step = torch.where(better, torch.full_like(self.step, step), self.step)
         on = better.to(next(iter(self.state.values())).device)
         for k, v in self.probe.state_dict().items():
-            self.state[k] = torch.where(on.reshape((-1,) + (1,) * (v.ndim - 1)), v.detach(), self.state[k])
+            if self.alive is None:
+                self.state[k] = torch.where(on.reshape((-1,) + (1,) * (v.ndim - 1)), v.detach(), self.state[k])
+            else:
+                live = on.index_select(0, self.alive).reshape((-1,) + (1,) * (v.ndim - 1))
+                kept = self.state[k].index_select(0, self.alive)
+                self.state[k].index_copy_(0, self.alive, torch.where(live, v.detach(), kept))
         flags = better.tolist()
-        for m, sl in self.methods:  # method info (margins, class weights, …) as it was at each head's best checkpoint
-            if any(flags[sl]):
-                for i, extra in zip(range(sl.start, sl.stop), m.info()):
+        for m, view in self.methods:  # method info (margins, class weights, …) as it was at each head's best checkpoint
+            g = view.g
+            if any(flags[g]):
+                for i, extra in zip(range(g.start, g.stop), m.info()):
                     self.info[i] = extra if flags[i] else self.info[i]
 
     def restore(self, specs: list[RunSpec], checkpoints: list[int]) -> TrainedStack:
         """The stack with every head in its best state."""
-        self.probe.load_state_dict(self.state)
-        return TrainedStack(specs=specs, probe=self.probe, info=self.info, checkpoints=list(checkpoints),
+        if self.alive is None:
+            self.probe.load_state_dict(self.state)
+            probe = self.probe
+        else:  # the stack was compacted: a new one of every head
+            probe = ProbeStack(self.probe.cfg, self.probe.in_dim, self.probe.num_classes, [0] * len(specs),
+                               state=self.state)
+        return TrainedStack(specs=specs, probe=probe, info=self.info, checkpoints=list(checkpoints),
                             checkpoint_scores=np.stack(self.scores), checkpoint_step=self.step.tolist())
+
+
+class _Halving:
+    """Successive halving over each method's grid in one stack (η = :data:`HALVING_ETA`).
+
+    At rung k (step r_k, :func:`halving_rungs`) the live heads are scored on val (:func:`select_scores`, the grid
+    selection's score) and ranked within their method (higher score first, the earlier grid point on ties); a
+    method of n grid points keeps its ⌈n/η^k⌉ best (:func:`halving_survivors`), the same rungs for every method.
+    A stopped head's parameters and method info are kept as they are at its rung (in ``final``, or in the
+    checkpoint keeper's state, which they override), its ``stopped_at`` is the rung. Then the stack is compacted
+    to the survivors, vectorised: every parameter and buffer p ← p[keep] (one ``index_select`` each), the
+    optimiser's state likewise (:meth:`~mr2probe.optim.StackedAdamW.select_heads`), the methods' views
+    re-pointed; method-owned parameters (LfF's biased head) keep their shape and stop
+    (:meth:`~mr2probe.optim.StackedAdamW.freeze_heads`)."""
+
+    def __init__(self, probe: ProbeStack, opt: StackedAdamW, data: TrainData, select: str,
+                 methods: list[tuple[Method, _View]], info: list[dict[str, Any]], rungs: list[tuple[int, int]],
+                 total: int, keeper: _BestState | None) -> None:
+        self.probe, self.opt, self.data, self.select, self.methods, self.info = probe, opt, data, select, methods, info
+        self.rungs, self.total, self.keeper = rungs, total, keeper
+        h = probe.num_heads
+        self.device = next(iter(probe.state_dict().values())).device
+        self.alive = torch.arange(h, device=self.device)  # stack position → position in the stack as built
+        self.method = np.repeat(np.arange(len(methods)), [v.h for _, v in methods])  # method of each live head
+        self.n = np.array([v.h for _, v in methods])  # grid points per method
+        self.stopped = np.full(h, total, dtype=np.int64)
+        self.final = keeper.state if keeper is not None else None  # every head's state to return
+        self.compacted = False
+
+    def due(self, step: int) -> bool:
+        return any(r == step for r, _ in self.rungs)
+
+    @torch.no_grad()
+    def cut(self, step: int) -> torch.Tensor | None:
+        """The cut of the rung(s) at ``step``; returns the stack positions kept ([h'], for the caller's per-head
+        tensors), None when every head goes on (each method has few enough)."""
+        k = max(kk for r, kk in self.rungs if r == step)
+        x, c = self.data.val_x, chunk_rows(self.data.val_x)
+        logits = torch.cat([self.probe(x[i:i + c])[1] for i in range(0, len(x), c)], 1)
+        scores = select_scores(logits, self.data.val_y, self.data.num_classes, self.select)
+        s = np.where(np.isnan(scores), -np.inf, scores)
+        h = len(s)
+        order = np.lexsort((np.arange(h), -s, self.method))  # by method, then score descending, then grid order
+        first = np.searchsorted(self.method, self.method)  # where each head's method starts (heads grouped)
+        rank = np.empty(h, dtype=np.int64)
+        rank[order] = np.arange(h) - first[order]
+        keep = rank < halving_survivors(self.n, k)[self.method]  # ⌈n/η^k⌉ per method
+        if keep.all():
+            return None
+        kept = torch.as_tensor(np.flatnonzero(keep), device=self.device)
+        dropped = torch.as_tensor(np.flatnonzero(~keep), device=self.device)
+        gone = self.alive.index_select(0, dropped)  # their positions in the stack as built
+        gone_np = gone.cpu().numpy()
+        self.stopped[gone_np] = step
+        state = self.probe.state_dict()
+        if self.final is None:
+            self.final = {k: torch.empty((len(self.stopped), *v.shape[1:]), dtype=v.dtype, device=v.device)
+                          for k, v in state.items()}
+        for k, v in state.items():  # stopped heads: frozen as they are now
+            self.final[k].index_copy_(0, gone, v.index_select(0, dropped))
+        for m, view in self.methods:  # and their method info (JSON per head) from now
+            mine = gone_np[(gone_np >= view.g.start) & (gone_np < view.g.stop)]
+            if len(mine):
+                extra = m.info()
+                for i in mine.tolist():
+                    self.info[i] = extra[i - view.g.start]
+        old = list(self.probe.parameters())
+        for name, t in list(self.probe.named_parameters()):  # new leaves: autograd keeps a leaf's shape
+            self.probe.register_parameter(name, torch.nn.Parameter(t.detach().index_select(0, kept), t.requires_grad))
+        for name, t in list(self.probe.named_buffers()):
+            self.probe.register_buffer(name, t.index_select(0, kept))
+        self.probe.num_heads = len(kept)
+        self.opt.select_heads(old, kept, list(self.probe.parameters()))
+        self.alive = self.alive.index_select(0, kept)
+        self.method = self.method[keep]
+        alive_np = self.alive.cpu().numpy()
+        ends = np.cumsum(np.bincount(self.method, minlength=len(self.methods)))
+        for (m, view), end, count in zip(self.methods, ends, np.bincount(self.method, minlength=len(self.methods))):
+            view.sl = slice(int(end - count), int(end))
+            local = alive_np[view.sl] - view.g.start
+            view.local = None if len(local) == view.h else torch.as_tensor(local, device=self.device)
+            stopped = torch.ones(view.h, dtype=torch.bool)
+            stopped[torch.as_tensor(local)] = False
+            self.opt.freeze_heads(m.extra_parameters(), stopped)
+        if self.keeper is not None:
+            self.keeper.alive = self.alive
+        self.compacted = True
+        return kept
+
+    def result(self, specs: list[RunSpec], checkpoints: list[int]) -> TrainedStack:
+        """The stack of every head: survivors as trained (or in their best checkpoint's state), stopped heads as
+        at their rung; ``stopped_at`` per head, and no checkpoint (None) for a stopped head."""
+        alive_np = self.alive.cpu().numpy()
+        if self.keeper is None:
+            for m, view in self.methods:  # survivors' method info from the end
+                extra = m.info()
+                for i in alive_np[view.sl].tolist():
+                    self.info[i] = extra[i - view.g.start]
+        if not self.compacted:
+            trained = self.keeper.restore(specs, checkpoints) if self.keeper is not None else \
+                TrainedStack(specs=specs, probe=self.probe, info=self.info)
+        elif self.keeper is not None:
+            trained = self.keeper.restore(specs, checkpoints)
+        else:
+            for k, v in self.probe.state_dict().items():
+                self.final[k].index_copy_(0, self.alive, v)
+            trained = TrainedStack(specs=specs, probe=ProbeStack(self.probe.cfg, self.probe.in_dim,
+                                                                 self.probe.num_classes, [0] * len(specs),
+                                                                 state=self.final), info=self.info)
+        trained.rungs = [r for r, _ in self.rungs]
+        trained.stopped_at = self.stopped.tolist()
+        if trained.checkpoint_step is not None:
+            trained.checkpoint_step = [c if t == self.total else None
+                                       for c, t in zip(trained.checkpoint_step, trained.stopped_at)]
+        return trained

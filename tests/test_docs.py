@@ -104,10 +104,35 @@ def test_every_nav_page_exists_and_hand_pages_speak_of_the_software():
     for page in nav:
         assert page in generated or (DOCS / page).is_file(), f"nav names a missing page: {page}"
     history = re.compile(r"session [0-9]|this round|the issue|\bsessions?\b|team decision", re.I)
-    for path in [*DOCS.glob("*.md"), ROOT / "README.new.md"]:
+    for path in [*DOCS.glob("*.md"), ROOT / "README.md"]:
         if path.exists():
             hits = [line for line in path.read_text(encoding="utf-8").splitlines() if history.search(line)]
             assert not hits, f"{path.name} speaks of development history: {hits[:3]}"
+
+
+def _slug(heading: str) -> str:
+    """The anchor mkdocs' toc extension gives a heading (its default slugify: markup dropped, lower case, words
+    joined by '-')."""
+    text = re.sub(r"[`*_\[\]]", "", heading)
+    text = re.sub(r"[^\w\s-]", "", text, flags=re.U).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_readme_is_short_starts_with_the_setup_and_links_to_existing_pages():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300, "README.md is longer than 300 lines"
+    commands = [line.split("#")[0].strip() for line in text.splitlines() if line.startswith("make ")]
+    assert commands[:2] == ["make demo", "make test"], commands
+    assert 'readme = "README.md"' in (ROOT / "pyproject.toml").read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        assert (ROOT / path).exists(), f"README.md links to a missing file: {target}"
+        if anchor:
+            headings = [line.lstrip("#").strip() for line in (ROOT / path).read_text(encoding="utf-8").splitlines()
+                        if line.startswith("#")]
+            assert anchor in {_slug(h) for h in headings}, f"README.md links to a missing anchor: {target}"
 
 
 @pytest.mark.slow

@@ -151,3 +151,17 @@ def test_summaries_carry_q_values_and_verdicts_across_runs() -> None:
     assert rows["ΔHard_verdict_all"].iloc[1] == "better"  # +30 points on every class
     counts = over_runs(df).loc["better"]
     assert counts[["better", "worse", "equivalent", "inconclusive"]].sum() == 2
+
+
+def test_the_reference_check_names_the_checkpoints_each_method_chose() -> None:
+    from mr2probe.report import reference_check_line
+
+    results, preds = simulate_table(np.random.default_rng(3))
+    ce = [r for r in results["runs"] if r["method"] == "ce"]
+    for r, step in zip(ce, (8, 16, 16)):
+        r["checkpoint_step"] = step
+    results["runs"] += [{**r, "method": "logreg", "checkpoint_step": None} for r in ce]
+    results["budget"] = {"steps": 16, "checkpoints": [8, 16]}
+    s = summarize(results)
+    line = reference_check_line(s)
+    assert "checkpoints 8, 16 steps chosen per method on val, ce at 8, 16" in line and "within 0.5" in line

@@ -1,0 +1,107 @@
+"""Successive halving against the full grid: the same experiment trained with ``search="full"`` and ``"halving"``.
+
+Per case, both runs in this process (``run_experiment``, fresh folders, the default budget unless given):
+  halving/full wall time   of the whole train stage (every seed stack and the null control)
+  halving/full head-steps  Σ over grid entries of the steps each head trained (full: T per head; halving: its
+                           ``stopped_at``)
+  agreement of the chosen heads, per (method, seed): the share with |Δ test acc| ≤ 0.2 point, the share with
+                           |Δ ΔHard| ≤ 0.2 point (ΔHard = mean test accuracy over the hard classes minus the
+                           reference's of the same seed, points; hard = bottom ⌊K/3⌋ of the reference's val accuracy
+                           in the full run, the same classes for both), the share choosing the same grid point
+Cases: "bundled" = mr2probe/data/fmnist-effl0-small.h5 (2000 × 1280, K = 10; val: 10% of train), every method
+without an adapter, 3 seeds; "synthetic" = Gaussian classes (``synthetic:K=100,D=768,n=100,spread=ramp:1-3,sep=6``:
+10000 × 768 per split), five methods, 2 seeds, 10 epochs or ``--min-steps`` (default 200).
+Usage: OMP_NUM_THREADS=1 python benchmarks/speed_halving.py [--cases bundled,synthetic] [--min-steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mr2probe.experiment import config_from_settings, run_experiment
+from mr2probe.methods import METHODS
+from mr2probe.metrics import class_groups
+from mr2probe.synthetic import materialize
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = ROOT / "mr2probe" / "data" / "fmnist-effl0-small.h5"
+TOL = 0.2  # points
+
+
+def head_steps(res: dict[str, Any]) -> int:
+    """Σ over every run's grid entries of the steps its head trained."""
+    steps = res["budget"]["steps"]
+    return sum(g.get("stopped_at", steps) for r in res["runs"] for g in r["grid"])
+
+
+def delta_hard(res: dict[str, Any], hard: np.ndarray) -> dict[tuple[str, int], float]:
+    """ΔHard per (method, seed) in points: mean test acc over ``hard`` minus the reference's (same seed)."""
+    ref = {r["seed"]: np.asarray(r["per_class_acc"])[hard].mean() for r in res["runs"]
+           if r["method"] == res["reference"]}
+    return {(r["method"], r["seed"]): 100 * (np.asarray(r["per_class_acc"])[hard].mean() - ref[r["seed"]])
+            for r in res["runs"] if r["seed"] in ref and r["method"] != res["reference"]}
+
+
+def case(name: str, feats: Path, methods: list[str], seeds: int, values: dict[str, Any], work: Path) -> None:
+    out: dict[str, tuple[dict[str, Any], float]] = {}
+    for search in ("full", "halving"):
+        cfg = config_from_settings(feats, work / f"{name}-{search}", methods, list(range(seeds)),
+                                   values={**values, "search": search, "device": "cpu"}, progress=False)
+        t0 = time.perf_counter()
+        res = run_experiment(cfg)
+        out[search] = (res, time.perf_counter() - t0)
+    (full, t_full), (half, t_half) = out["full"], out["halving"]
+    hs_full, hs_half = head_steps(full), head_steps(half)
+    print(f"[{name}] {feats.name}: {len(methods)} methods, {seeds} seeds (+ null control), T = "
+          f"{full['budget']['steps']} steps, rungs {[r['step'] for r in half['budget']['search']['rungs']]}")
+    print(f"[{name}] wall time: full {t_full:.1f} s, halving {t_half:.1f} s: halving/full={t_half / t_full:.3f}")
+    print(f"[{name}] head-steps: full {hs_full}, halving {hs_half}: halving/full={hs_half / hs_full:.3f}")
+    runs_f = {(r["method"], r["seed"]): r for r in full["runs"]}
+    runs_h = {(r["method"], r["seed"]): r for r in half["runs"]}
+    ref_val = np.mean([r["val_per_class_acc"] for r in full["runs"] if r["method"] == full["reference"]], axis=0)
+    hard = class_groups(ref_val).hard
+    dh_f, dh_h = delta_hard(full, hard), delta_hard(half, hard)
+    d_acc = {k: 100 * (runs_h[k]["test_acc"] - runs_f[k]["test_acc"]) for k in runs_f}
+    d_dh = {k: dh_h[k] - dh_f[k] for k in dh_f}
+    same = [runs_h[k]["hparams"] == runs_f[k]["hparams"] for k in runs_f]
+    for m in dict.fromkeys(k[0] for k in runs_f):
+        keys = [k for k in runs_f if k[0] == m]
+        acc = " ".join(f"{100 * runs_f[k]['test_acc']:.2f}/{100 * runs_h[k]['test_acc']:.2f}" for k in keys)
+        dh = " ".join(f"{dh_f[k]:+.2f}/{dh_h[k]:+.2f}" for k in keys if k in dh_f)
+        print(f"[{name}]   {m:18s} test acc full/halving per seed: {acc}" + (f"; ΔHard: {dh}" if dh else ""))
+    print(f"[{name}] |Δ test acc| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_acc.values()]):.3f} of "
+          f"{len(d_acc)} (method, seed); max |Δ| {max(abs(v) for v in d_acc.values()):.2f} pt; mean Δ "
+          f"{np.mean(list(d_acc.values())):+.3f} pt")
+    if d_dh:
+        print(f"[{name}] |Δ ΔHard| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_dh.values()]):.3f} of "
+              f"{len(d_dh)}; max |Δ| {max(abs(v) for v in d_dh.values()):.2f} pt")
+    print(f"[{name}] same grid point chosen: {np.mean(same):.3f} of {len(same)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="bundled,synthetic")
+    ap.add_argument("--min-steps", type=int, default=None, help="budget floor (default: the setting's default)")
+    args = ap.parse_args()
+    steps = {} if args.min_steps is None else {"min_steps": args.min_steps}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in args.cases.split(","):
+            if name == "bundled":
+                methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
+                case(name, BUNDLED, methods, 3, steps, work)
+            elif name == "synthetic":
+                feats = materialize("synthetic:K=100,D=768,n=100,spread=ramp:1-3,sep=6,seed=0", work)
+                case(name, feats, ["ce", "mr2", "focal", "logit_adjust", "class_balanced"], 2,
+                     {"epochs": 10, "min_steps": 200, **steps}, work)
+
+
+if __name__ == "__main__":
+    main()
