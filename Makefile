@@ -1,13 +1,15 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   creates .venv, installs, trains CE and MR2 probes on the bundled real features, prints the table
-#   make test   creates .venv if needed, fetches the offline data, runs the whole test suite
+#   make test   creates .venv if needed, fetches the offline data, runs the quick test tier (not marked slow)
+# make test-all runs every test (the slow ones too: torchrun, real extraction, kill/resume, sklearn's checks); CI
+# runs it and then make docs.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 FMNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: demo test data install clean docs
+.PHONY: demo test test-all data install clean docs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,7 +29,11 @@ data:
 	scripts/fetch-mnist.sh
 
 test: $(STAMP) data
-	$(BIN)/ruff check mr2probe
+	$(BIN)/ruff check mr2probe tests benchmarks scripts
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: $(STAMP) data
+	$(BIN)/ruff check mr2probe tests benchmarks scripts
 	$(BIN)/python -m pytest
 
 clean:

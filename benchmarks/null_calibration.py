@@ -1,6 +1,6 @@
 """How often the null control's ΔHard 95% CI excludes 0 over the committed tables (a calibrated rule: about 5%).
 
-    python benchmarks/null_calibration.py results [--csv results/null-calibration.csv]
+    python benchmarks/null_calibration.py results [--out results/null-calibration]
 
 Every run folder under the given roots whose results.json has a null control is summarised (nothing is written
 into it) under three rules, and the tables whose null ΔHard CI excludes 0 are counted:
@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from rich.progress import track
 
+from mr2probe.atomic import atomic_text
 from mr2probe.report import load_predictions, load_results
 from mr2probe.summary import summarize
 
@@ -53,7 +54,7 @@ def rows_of(run_dir: Path) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("roots", nargs="+", type=Path)
-    ap.add_argument("--csv", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="also write OUT.md (the table) and OUT.csv (every row)")
     args = ap.parse_args()
     dirs = sorted({p.parent for root in args.roots for p in root.rglob("results.json")})
     seen: set[str] = set()
@@ -69,13 +70,18 @@ def main() -> None:
     df["excludes_0"] = (df["lo"] > 0) | (df["hi"] < 0)
     table = df.groupby("rule", sort=False)["excludes_0"].agg(["sum", "count", "mean"])
     table.columns = ["tables whose null CI excludes 0", "null-controlled tables", "share"]
-    print(table.to_markdown(floatfmt=".3f"))
+    lines = [table.to_markdown(floatfmt=".3f"), ""]
     for _, r in df[(df["rule"] == "two-stage") & df["excludes_0"]].iterrows():
-        print(f"two-stage, excludes 0: {r['run']}: {r['estimate']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}], "
-              f"ν = {'∞' if not np.isfinite(r['df']) else format(r['df'], '.1f')}")
-    if args.csv:
-        df.to_csv(args.csv, index=False, float_format="%.4f")
-        print(f"wrote {args.csv}")
+        nu = "∞" if not np.isfinite(r["df"]) else format(r["df"], ".1f")
+        lines.append(f"- two-stage, excludes 0: `{r['run']}`: {r['estimate']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}], "
+                     f"ν = {nu}")
+    print("\n".join(lines))
+    if args.out:
+        atomic_text(args.out.with_suffix(".md"), "# The null control's ΔHard CI over the committed tables\n\n"
+                    f"`python benchmarks/null_calibration.py {' '.join(map(str, args.roots))}`; "
+                    f"{__doc__.split(chr(10) + chr(10), 2)[1].strip()}\n\n" + "\n".join(lines) + "\n")
+        atomic_text(args.out.with_suffix(".csv"), df.to_csv(index=False, float_format="%.4f", lineterminator="\n"))
+        print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.csv')}")
 
 
 if __name__ == "__main__":

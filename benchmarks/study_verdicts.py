@@ -5,9 +5,10 @@
 Reads the per-run rows of every ``results/<folder>/summary.csv`` (written by ``mr2probe bench … --report-only``:
 one row per run and method, with the run's ΔHard, its two-stage p and TOST p_equiv), puts every comparison with a
 run's reference (neither the reference nor its null control) into one family, and writes
-``OUT.csv`` (every row with ``ΔHard_q_study`` and ``ΔHard_verdict_study``) and ``OUT.md`` (per method: how many cells
-give each verdict, and the cells where it is better or worse). The null controls are counted apart: how many of
-their ΔHard CIs exclude 0. The positive control (features altered on purpose) is left out by default.
+``OUT.csv`` (every row with ``ΔHard_q_study`` and ``ΔHard_verdict_study``) and ``OUT.md`` (per method and
+reference: how many cells give each verdict, and the cells where it is better or worse). The null controls are
+counted apart: how many of their ΔHard CIs exclude 0. The positive control (features altered on purpose) is left
+out by default.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def main() -> None:
     df = family_verdicts(study_frame(args.root, args.skip)).rename(
         columns={"ΔHard_q_all": "ΔHard_q_study", "ΔHard_verdict_all": "ΔHard_verdict_study"})
     comp = df[is_comparison(df)]
-    counts = (comp.groupby("method")["ΔHard_verdict_study"].value_counts().unstack(fill_value=0)
+    counts = (comp.groupby(["method", "reference"])["ΔHard_verdict_study"].value_counts().unstack(fill_value=0)
               .reindex(columns=list(VERDICTS), fill_value=0))
     counts.insert(0, "cells", counts.sum(axis=1))
     nulls = df[df["method"] == df["reference"].map(null_name)]
@@ -61,7 +62,8 @@ def main() -> None:
              counts.reset_index().to_markdown(index=False), ""]
     hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"])].sort_values(["method", "ΔHard"])
     if len(hits):
-        cols = ["method", "cell", "ΔHard", "ΔHard_ci_lo", "ΔHard_ci_hi", "ΔHard_q_study", "ΔHard_verdict_study"]
+        cols = ["method", "reference", "cell", "ΔHard", "ΔHard_ci_lo", "ΔHard_ci_hi", "ΔHard_q_study",
+                "ΔHard_verdict_study"]
         lines += ["## Better or worse than the reference", "",
                   hits[cols].to_markdown(index=False, floatfmt=".3g"), ""]
     atomic_text(out.with_suffix(".md"), "\n".join(lines))

@@ -7,7 +7,7 @@ Three pages, each built from the objects the software itself uses:
 * ``reference/settings.md`` every training setting of ``mr2probe.settings.TRAIN`` (name, CLI flag, suite key,
                             kind, default, help) and the named choices of ``groups_on`` and ``budget_rule``;
 * ``reference/methods.md``  every registered method of ``mr2probe.methods.METHODS`` (its docstrings, with the
-                            formulas and [choice]s, its defaults and grids) and the reference probes.
+                            formulas and [choice]s, its defaults and grids) and the exact probes.
 
 Used two ways:
 
@@ -245,7 +245,7 @@ def methods_page() -> str:
         src = cls.__module__.replace(".", "/") + ".py"
         lines.append(f"| [`{n}`](#{_slug(n)}) | {md(described[n])} | `{src}` |")
     for n in PROBES.names():
-        lines.append(f"| [`{n}`](#{_slug(n)}) | reference probe: {md(PROBES.describe()[n])} | "
+        lines.append(f"| [`{n}`](#{_slug(n)}) | exact probe: {md(PROBES.describe()[n])} | "
                      f"`{PROBES.get(n).__module__.replace('.', '/')}.py` |")
     lines += ["", "## How a method is written", "", block(_base.__doc__ or "")]
     seen_modules: dict[str, str] = {}
@@ -266,7 +266,7 @@ def methods_page() -> str:
         if cls.__doc__ and inspect.getdoc(cls) != inspect.getdoc(_base.Method):
             lines += [block(cls.__doc__), ""]
         lines += _hp_table(cls)
-    lines += ["", "## Reference probes", "",
+    lines += ["", "## Exact probes", "",
               "Not losses but the probes a trained method is compared with: add them with `--methods "
               "ce,mr2,logreg,knn` (or `all,logreg,knn`); they do not depend on the seed, so one fit serves every "
               "seed. Either can be `--reference`."]

@@ -16,8 +16,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)  # gone after the rename; left by any failure (a bad input, Ctrl-C) otherwise
 
 
 def atomic_text(path: Path, text: str) -> None:

@@ -285,7 +285,7 @@ def methods() -> None:
     from .probes import PROBES
 
     for name, doc in PROBES.describe().items():
-        typer.echo(f"{name:<18} reference probe: {doc}")
+        typer.echo(f"{name:<18} exact probe: {doc}")
 
 
 @app.command()

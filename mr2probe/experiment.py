@@ -45,7 +45,7 @@ from .source import DEFAULT_MAX_MEMORY, StreamedFeatures, parse_size, resolve_ma
 from .trainer import (TrainConfig, TrainData, budget, checkpoint_steps, chunk_rows, expand_runs, method_hparams,
                       pick_device, search_schedule, select_scores, train_stack, train_steps)
 
-SELECT_METRICS = SELECT  # val score of the grid: overall or mean per-class accuracy (as the reference probes)
+SELECT_METRICS = SELECT  # val score of the grid: overall or mean per-class accuracy (as the exact probes)
 
 
 @dataclass
@@ -75,7 +75,7 @@ class ExperimentConfig:
         for m in self.methods:
             if m in REFERENCE_PROBES:
                 if m in self.train.method_params:
-                    raise UserError(f"--set {m}.…: the reference probes take no --set (their grid is chosen on val)")
+                    raise UserError(f"--set {m}.…: the exact probes take no --set (their grid is chosen on val)")
                 continue
             if METHODS.get(m).needs_adapter and self.train.probe.adapter == "none":
                 raise UserError(f"method {m!r} needs a trainable adapter: pass --adapter linear or mlp")
@@ -237,6 +237,15 @@ def atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     atomic_write(path, write)
 
 
+def compact_labels(a: np.ndarray) -> np.ndarray:
+    """Class labels in the smallest unsigned integer dtype that holds them (uint8 up to 255 classes): predictions
+    files are kept in git, and int64 labels would be 8× larger before compression."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.size == 0 or a.min() < 0:
+        return a
+    return a.astype(np.min_scalar_type(int(a.max())), copy=False)
+
+
 def load_npz(path: Path) -> dict[str, np.ndarray]:
     with np.load(path) as z:
         return {k.replace("__", "/"): z[k] for k in z.files}
@@ -357,11 +366,11 @@ def _adopt_legacy_parts(parts: dict[int, tuple[Path, Path]], folder: Path, legac
 def reference_probe_run(name: str, data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor],
                         cfg: ExperimentConfig, seed: int, cache: dict[Any, Any] | None = None
                         ) -> tuple[dict[str, Any], np.ndarray]:
-    """A reference probe (``logreg`` or ``knn``, :mod:`mr2probe.probes`) as a run of the table: its grid chosen on
+    """A exact probe (``logreg`` or ``knn``, :mod:`mr2probe.probes`) as a run of the table: its grid chosen on
     val, test scored once. It does not depend on the seed, so one fit per training set serves every seed
     (``cache``, keyed by the training rows' identity)."""
     if isinstance(data.x, StreamedFeatures):
-        raise UserError(f"the reference probe {name} needs the features in memory: raise --max-memory")
+        raise UserError(f"the exact probe {name} needs the features in memory: raise --max-memory")
     key = (name, id(data.x), cfg.select)
     if cache is None or key not in cache:
         res = fit_reference_probe(name, data.x, data.y, data.val_x, data.val_y, test[0], data.num_classes, cfg.select)
@@ -532,7 +541,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     def episode_data(e: int) -> TrainData:
         if cfg.profile.kind == "full":
             return data
-        if e not in episode_cache:  # one copy per episode, so the reference probes' cache sees the same rows
+        if e not in episode_cache:  # one copy per episode, so the exact probes' cache sees the same rows
             rows = episodes[e]["rows"]
             episode_cache[e] = TrainData(take_rows(data.x, rows), data.y[torch.as_tensor(rows, device=data.y.device)],
                                          data.val_x, data.val_y, data.num_classes)
@@ -678,7 +687,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         console.print("[dim]every seed stack was already trained and the run folder holds these results: kept as it "
                       "is[/dim]")
         return kept
-    atomic_npz(out / "predictions.npz", {"test_labels": test[1].cpu().numpy(), **preds})
+    atomic_npz(out / "predictions.npz", {k: compact_labels(v) for k, v in
+                                         {"test_labels": test[1].cpu().numpy(), **preds}.items()})
     meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(cfg.train.probe)), "in_dim": str(fs.dim),
             "num_classes": str(fs.num_classes), "class_names": json.dumps(fs.class_names)}
     save_heads(out / "heads.safetensors", heads_state, meta)

@@ -8,7 +8,7 @@ readable from K = 10 to K = 1000 classes and from 2 to 20+ methods:
                      (methods × classes sorted by the reference's ranking accuracy; binned past K = 100)
     groups.png       Easy / Medium / Hard / Worst per method (one panel each, methods as rows), error bars =
                      sample SD over seeds
-    variability.png  MR2 class variability v_k against reference accuracy, colour = margin γ_k, Spearman ρ
+    variability.png  MR2 class variability v_k against reference accuracy, colour = margin γ_k, Spearman r_s
     tradeoff.png     ΔHard against ΔEasy per method (error bars = sample SD over seeds of the paired differences)
     summary.png      across runs (``report`` with several run folders): every method's ΔHard with its 95% CI,
                      one band per run — a forest plot (e.g. a dose–response, one run per dose)
@@ -309,7 +309,7 @@ def mr2_method(s: Summary, results: dict[str, Any]) -> str | None:
 
 
 def plot_variability(s: Summary, results: dict[str, Any], path: Path) -> Path | str:
-    """Class variability v_k (mean over seeds) against reference accuracy, coloured by γ_k; Spearman ρ in the
+    """Class variability v_k (mean over seeds) against reference accuracy, coloured by γ_k; Spearman r_s in the
     title; class names beside the points up to K = 30 (hard classes in bold), smaller points for large K.
     Returns the path, or a note (str) when there is no MR2-family run to take v_k from."""
     from scipy.stats import spearmanr
@@ -341,8 +341,8 @@ def plot_variability(s: Summary, results: dict[str, Any], path: Path) -> Path | 
     ax.set_xlabel(f"reference ({s.reference}) test accuracy (%, mean over seeds)")
     ax.set_ylabel(f"class variability v_k ({method}, mean over seeds)")
     ax.grid(alpha=0.4)
-    rho_text = (f"Spearman ρ = {rho:+.2f} (p = {p:.2g})" if np.isfinite(rho)
-                else "Spearman ρ undefined (constant input)")
+    rho_text = (f"Spearman r_s = {rho:+.2f} (p = {p:.2g})" if np.isfinite(rho)
+                else "Spearman r_s undefined (constant input)")
     fig.suptitle(f"Do hard classes vary more? {rho_text}, K = {len(v)}\n{s.title}; ρ < 0 supports MR2's premise"
                  + (f"; hard classes ({_ranked_on(s)}) in bold" if len(v) <= 30 else ""), fontsize=10)
     return _save(fig, path)

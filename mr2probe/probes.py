@@ -1,4 +1,4 @@
-"""Reference probes (../shared/spec/protocol.md, "Reference probes"): what the features allow without loss
+"""Exact probes (../shared/spec/protocol.md, "Exact probes"): what the features allow without loss
 engineering. They sit beside the trained methods; their hyperparameter is chosen on val, test is scored once.
 
 ``logreg``  multinomial L2 logistic regression, exactly sklearn's ``LogisticRegression(C)`` objective
@@ -52,12 +52,12 @@ DEFAULT_KS: tuple[int, ...] = (10, 20, 50, 100, 200)
 DEFAULT_TEMPERATURE = 0.07
 CHUNK_ELEMENTS = 1 << 24  # bound on the [rows, K] (logreg) and [queries, N] (knn) temporaries, in elements
 
-PROBES: Registry[Callable[..., ProbeResult]] = Registry("reference probe")
+PROBES: Registry[Callable[..., ProbeResult]] = Registry("exact probe")
 
 
 @dataclass
 class ProbeResult:
-    """A fitted reference probe: the chosen hyperparameters, the whole val grid and the predictions."""
+    """A fitted exact probe: the chosen hyperparameters, the whole val grid and the predictions."""
 
     name: str
     hparams: dict[str, Any]  # the chosen grid point
@@ -387,7 +387,7 @@ def _knn_probe(x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: tor
 def fit_reference_probe(name: str, x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
                         test_x: torch.Tensor | None, num_classes: int, select: str = "acc",
                         device: torch.device | str | None = None, **overrides: Any) -> ProbeResult:
-    """Fit reference probe ``name`` (``logreg`` | ``knn``) on (x, y), choose its hyperparameter on (val_x, val_y)
+    """Fit exact probe ``name`` (``logreg`` | ``knn``) on (x, y), choose its hyperparameter on (val_x, val_y)
     by ``select`` (``acc`` | ``macc``), predict val and test. ``overrides`` are the probe's keyword options
     (logreg: Cs, C, max_iter, tol, history_size, standardize, chunk_rows; knn: ks, k, temperature, weighting,
     chunk_rows). Tensors go to ``device`` (default: where x is), features as float32."""

@@ -460,7 +460,7 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
     """Hyperparameters chosen at an end of their val grid (numeric grids of ≥ 3 values, from each run's ``grid``)
     where the val score was still rising there: the chosen point beats the same point with that hyperparameter
     one grid value inwards by more than :data:`GRID_EDGE_RISE`. A wider grid might do better; for the reference
-    it means it may be under-fit. Only the hyperparameters the grid records are compared (a reference probe
+    it means it may be under-fit. Only the hyperparameters the grid records are compared (a exact probe
     records fixed ones beside them); an upper end at its ``ceilings`` value (kNN's k at the number of training
     rows) cannot be widened and is not flagged. One row per (method, hyperparameter, end): the value, the grid's
     range, in how many of the method's runs (seeds × episodes) and the mean rise there (points)."""

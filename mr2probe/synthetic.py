@@ -41,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .atomic import atomic_write
 from .errors import UserError
 from .featurestore import SPLITS, Split, base_attrs, content_sha256, read_features, write_features
 from .registry import Registry
@@ -298,14 +298,7 @@ def materialize(spec: str, features_dir: Path) -> Path:
     if path.exists():
         return path
     features_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        s.build(tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, s.build)
     return path
 
 
@@ -320,14 +313,7 @@ def materialize_to(spec: str, out: Path, overwrite: bool = False) -> Path:
             return out
         raise UserError(f"{out} exists and holds other features; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    try:
-        s.build(tmp)
-        os.replace(tmp, out)
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(out, s.build)
     return out
 
 

@@ -39,6 +39,7 @@ min_steps = 20
     return path
 
 
+@pytest.mark.slow
 def test_suite_runs_skips_missing_cells_and_reuses_features(tmp_path: Path) -> None:
     suite, feats, out = write_suite(tmp_path), tmp_path / "features", tmp_path / "out"
     r = run_cli("bench", str(suite), "--features-dir", str(feats), "--out", str(out), "-q")
@@ -225,6 +226,7 @@ runs = ["lin", "cos"]
     return path
 
 
+@pytest.mark.slow
 def test_named_runs_compare_and_report_only(tmp_path: Path) -> None:
     """[[runs]] trained end to end into OUT/<name>/ with their merged settings, a missing feature file skipped with
     one line, the [[compare]] written like `report A B --summary`, then --report-only re-renders from results.json

@@ -24,6 +24,7 @@ def feats(tmp_path: Path) -> Path:
     return write_by_hand(tmp_path / "f.h5", k=4, n_train=400, n_test=80, val=True)
 
 
+@pytest.mark.slow
 def test_reach_logreg_doubles_the_budget_until_the_reference_reaches_logreg_on_val(tmp_path: Path,
                                                                                     feats: Path) -> None:
     out = tmp_path / "run"
@@ -51,6 +52,7 @@ def test_reach_logreg_doubles_the_budget_until_the_reference_reaches_logreg_on_v
     assert len(list((out / "parts").glob("budget-*.json"))) == 1
 
 
+@pytest.mark.slow
 def test_the_ceiling_stops_the_doubling_and_the_table_says_so(tmp_path: Path, feats: Path) -> None:
     out = tmp_path / "capped"
     r = run_cli("train", "--features", str(feats), "--out", str(out), *SLOW, "--max-steps", "28")

@@ -228,6 +228,7 @@ def test_max_steps_below_the_floor_is_one_line(tmp_path: Path, lt_file: Path) ->
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="torchrun with gloo on loopback")
 def test_two_ranks_equal_one_process(tmp_path: Path, lt_file: Path) -> None:
     """Each rank trains whole seed stacks, checkpoints included: the same results as one process."""

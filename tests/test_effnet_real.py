@@ -14,6 +14,8 @@ from mr2probe.encoders import build_encoder
 from mr2probe.extract import ExtractConfig, extract
 from mr2probe.featurestore import read_features
 
+pytestmark = pytest.mark.slow  # make test-all; make test leaves these out
+
 
 def foolbox_data() -> Path:
     spec = importlib.util.find_spec("foolbox")

@@ -23,6 +23,7 @@ from conftest import BUNDLED
     mr2probe.MR2Classifier(),
     mr2probe.MR2Classifier(head="cosine"),
 ], ids=["probe-defaults", "mr2-defaults", "mr2-cosine-defaults"])
+@pytest.mark.slow
 def test_sklearn_check_estimator_with_defaults(estimator) -> None:
     """Every generated check passes with the default hyperparameters, check_classifiers_train included (the
     defaults converge: ≥ 1000 AdamW steps, weight decay chosen on an internal hold-out)."""
@@ -65,6 +66,7 @@ def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             te.features[:1000].astype(np.float32), names[te.labels[:1000]])
 
 
+@pytest.mark.slow
 def test_pipeline_grid_search_on_real_features(fmnist) -> None:
     x, y, xt, yt = fmnist
     pipe = Pipeline([("scale", StandardScaler()), ("probe", mr2probe.MR2Classifier(epochs=10, batch_size=128,

@@ -5,9 +5,12 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_gpu_check_smoke_runs_and_prints_its_figures() -> None:
     env = dict(os.environ, OMP_NUM_THREADS="2")
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--smoke"], cwd=ROOT, env=env,

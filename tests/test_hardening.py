@@ -105,6 +105,7 @@ def parts(out: Path, seed: int) -> list[Path]:
 
 # ---- 1. SIGKILL and resume --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sigkill_then_resume_keeps_finished_seed_and_matches_uninterrupted_run(features: Path, reference: Path,
                                                                                tmp_path: Path) -> None:
     out = tmp_path / "run"
@@ -143,6 +144,7 @@ def test_sigkill_then_resume_keeps_finished_seed_and_matches_uninterrupted_run(f
 
 # ---- 2. Ctrl-C -----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ctrl_c_stops_fast_exit_130_one_line_no_results(features: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = start(train_args(features, out, seeds=5))

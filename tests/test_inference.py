@@ -106,6 +106,7 @@ def _acc(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.bincount(y, weights=pred == y, minlength=K) / np.bincount(y, minlength=K)
 
 
+@pytest.mark.slow
 def test_the_null_control_is_calibrated_and_the_stated_mde_is_found() -> None:
     rng = np.random.default_rng(0)
     covered, mdes = [], []
@@ -125,6 +126,7 @@ def test_the_null_control_is_calibrated_and_the_stated_mde_is_found() -> None:
     assert 0.7 <= np.mean(found) <= 0.92, (mde, np.mean(found))
 
 
+@pytest.mark.slow
 def test_leave_one_out_groups_remove_the_selection_bias_of_pooled_groups() -> None:
     """A pooled val ranking lets the reference's own unlucky classes (training noise shared by val and test) be its
     hard ones: the null control's ΔHard is then biased upwards; ranked without the pair it scores, it is not."""

@@ -386,7 +386,7 @@ def test_grid_edges_flag_an_end_only_where_the_val_score_still_rises() -> None:
     runs = {"ce": [_grid_run(0, {"scale": 32.0, "lr": 0.1}, three), _grid_run(1, {"scale": 32.0, "lr": 0.1}, flat)],
             "inside": [_grid_run(0, {"scale": 16.0, "lr": 0.1}, {**three, (16.0, 0.1): 0.9})],
             "low": [_grid_run(0, {"scale": 8.0, "lr": 0.1}, low)]}
-    # a reference probe's grid records k only (its fixed temperature sits in hparams beside it); an upper end at
+    # a exact probe's grid records k only (its fixed temperature sits in hparams beside it); an upper end at
     # the number of training rows (the ceiling) cannot be widened
     knn = {"grid": [{"hparams": {"k": k}, "val_score": v} for k, v in ((10, 0.80), (20, 0.75), (50, 0.70))],
            "seed": 0, "hparams": {"k": 10, "temperature": 0.07, "weighting": "temperature"}}
@@ -418,7 +418,8 @@ def test_the_reference_is_checked_against_logreg_under_every_table(tmp_path: Pat
     rep = report_run(better)
     assert rep.summary.reference_check == {"probe": "logreg", "gap": pytest.approx(100 * 2 / 120),
                                            "tolerance": 0.5, "under_fit": True, "steps": None,
-                                           "calibrated": False, "reached": None}
+                                           "calibrated": False, "reached": None, "checkpoints": None,
+                                           "reference_checkpoints": []}
     line = reference_check_line(rep.summary)
     assert line.startswith("Reference check: logreg (exact L2 logistic regression, C on val) is +1.67 points above "
                            "ce on All, more than the protocol's 0.5: the reference may be under-fit")

@@ -4,6 +4,7 @@ with --max-memory 128MB, keeps the training process's peak RSS below the file's 
 in memory needs more than that (both measured in the same test)."""
 from __future__ import annotations
 
+
 import json
 import os
 import subprocess
@@ -39,6 +40,8 @@ def write_imagenet_shaped(path: Path) -> Path:
 
 MEASURE = """
 import resource, subprocess, sys
+
+pytestmark = pytest.mark.slow  # make test-all; make test leaves these out
 r = subprocess.run([sys.executable, "-m", "mr2probe", *sys.argv[1:]])
 print(f"peak_rss_kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
 sys.exit(r.returncode)

@@ -1,4 +1,4 @@
-"""MR2 options with the reference code's choices (spec ../shared/spec/mr2.md): ``rep_scale`` and ``stats_on``.
+"""MR2 options with the authors' code's choices (spec ../shared/spec/mr2.md): ``rep_scale`` and ``stats_on``.
 
 Each option is checked against a direct computation of its formula: hand-written loops over classes and anchors,
 statistics of the raw or the normalised features computed outside the method.
@@ -21,7 +21,7 @@ from mr2probe.trainer import RunSpec, TrainConfig, TrainData, expand_runs, metho
 
 
 def reference_loop(z: torch.Tensor, y: torch.Tensor, s_bar: float, k: int) -> float:
-    """The reference code's term, literally: per class with ≥ 2 samples, the mean over its anchors of
+    """The authors' code's term, literally: per class with ≥ 2 samples, the mean over its anchors of
     log(1 + Σ_{j≠i, same class} exp((‖z_i − z_j‖² − 2s̄)/(10·D))); summed over classes; times D/10/K."""
     d = z.shape[1]
     total = 0.0

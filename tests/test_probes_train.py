@@ -1,4 +1,4 @@
-"""The reference probes as rows of the same tables: `train --methods ce,logreg,knn`, `--reference logreg`."""
+"""The exact probes as rows of the same tables: `train --methods ce,logreg,knn`, `--reference logreg`."""
 from __future__ import annotations
 
 import json

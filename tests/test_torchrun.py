@@ -3,6 +3,8 @@
 per rank and the same command then resumes."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import signal
@@ -14,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from conftest import ROOT, write_by_hand
+
+pytestmark = pytest.mark.slow  # make test-all; make test leaves these out
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 VOLATILE = {"wall_time_s", "command", "world_size", "torch_threads", "features", "features_sha256"}  # the file's
@@ -35,7 +39,7 @@ def comparable(run_dir: Path) -> dict:
     res["provenance"] = {k: v for k, v in res["provenance"].items() if k not in VOLATILE}
     res["provenance"]["feature_file_attrs"].pop("created_utc")
     res["runs"] = [{k: v for k, v in r.items() if not k.endswith("wall_time_s")} for r in res["runs"]]
-    for r in res["runs"]:  # a reference probe's fit time
+    for r in res["runs"]:  # a exact probe's fit time
         r.get("reference_probe", {}).pop("wall_s", None)
     res["config"]["train"].pop("progress")
     return res

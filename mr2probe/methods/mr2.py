@@ -5,20 +5,20 @@
     a(x) = log(1 + Σ_{x⁺≠x, y⁺=y} exp((‖z − z⁺‖² − 2 s̄) / τ)),   s̄ = mean_k ŝ²_k (L2)
     ℓ_s̄ = (1/A) Σ_x τ·a(x)                                  rep_scale="mr2probe" (default; A anchors)
     ℓ_s̄ = τ/(100·K) · Σ_{c: n_c ≥ 2} (1/n_c) Σ_{x: y=c} a(x)  rep_scale="reference" (at τ = 10·D this is
-                                        D/10/K · Σ_c mean_c a, the public reference code's normalisation)
+                                        D/10/K · Σ_c mean_c a, the authors' public code's normalisation)
     ℓ = ℓ_γ,ce + λ · ℓ_s̄                       (ℓ_s̄ only with a trainable adapter)
 
 (D = d, the width of z.) With n_c the batch count of class c and C the classes with n_c ≥ 2, the two scales
 differ by exactly 100·K/C when every such class has the same n_c (about that otherwise): with every class in the
 batch (C = K), λ = 0.1 here is λ = 10 in the reference form, and the reference's λ = 0.1 is λ = 0.001 here.
-Not reproduced from the reference code: its s̄ is the mean of the Lp (p = 5) ŝ²_k, here the L2 one (spec).
+Not reproduced from the authors' code: its s̄ is the mean of the Lp (p = 5) ŝ²_k, here the L2 one (spec).
 
 Statistics (μ̂_k, ŝ²_k, v_k, s̄) and the distances of ℓ_s̄ are measured on ``stats_on``: ``classifier``
 (default, spec [choice]: what the classifier sees, z/‖z‖ for a cosine head) or ``input`` (g(x) before the
-head's normalisation — the raw features without adapter — as the reference code does). Identical for a linear
+head's normalisation — the raw features without adapter — as the authors' code does). Identical for a linear
 head; for a cosine head with a trainable adapter ``input`` costs a second adapter pass per step.
 Statistics: exact, once, for frozen features (no adapter); exact at the start of every epoch with an adapter
-([choice]; ``stats="ema"`` updates them per step with decay ``ema_decay`` instead, as the reference code).
+([choice]; ``stats="ema"`` updates them per step with decay ``ema_decay`` instead, as the authors' code).
 Defaults [choice]: p = 3, c̄ = 1, λ = 0.1, τ = 10·d (``tau=0`` means "10·d"), e = 1/3.
 """
 from __future__ import annotations
@@ -158,7 +158,7 @@ class MR2(Method):
     (1/3), ``uniform`` γ_k = c̄ (False), ``stats`` exact|ema, ``ema_decay`` (0.999), ``rep_scale``
     mr2probe|reference (normalisation of ℓ_s̄, default mr2probe), ``stats_on`` classifier|input (where the
     statistics and the distances of ℓ_s̄ are measured, default classifier: what the classifier sees, the spec's
-    [choice]; ``input`` is the reference code's unnormalised g(x)). ``rep_scale`` and ``stats_on`` may differ
+    [choice]; ``input`` is the authors' code's unnormalised g(x)). ``rep_scale`` and ``stats_on`` may differ
     between heads of a slice; ``stats`` may not."""
 
     defaults: dict[str, Any] = {"p": 3.0, "c_bar": 1.0, "lam": 0.1, "tau": 0.0, "exponent": 1 / 3,
