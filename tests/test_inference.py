@@ -118,7 +118,9 @@ def test_the_null_control_is_calibrated_and_the_stated_mde_is_found() -> None:
         mdes.append(e["mde"])
     coverage = float(np.mean(covered))
     assert 0.93 <= coverage <= 0.97, coverage
-    mde = float(np.median(mdes))
+    # the stated MDE is (t + t)·SE with SE estimated from few replicates: over tables its root mean square, not its
+    # median (the median of an SE estimated with ν ≈ 2 lies well below the true SE), is (t + t)·σ
+    mde = float(np.sqrt(np.mean(np.square(mdes))))
     found = []
     for _ in range(150):
         results, preds = simulate_table(rng, effect=mde / 100)
@@ -137,7 +139,7 @@ def test_leave_one_out_groups_remove_the_selection_bias_of_pooled_groups() -> No
         pooled.append(summarize(results, group_on="val-pooled").mean[null_name("ce")]["ΔHard"])
         loo.append(summarize(results).mean[null_name("ce")]["ΔHard"])
     se = np.std(loo, ddof=1) / math.sqrt(len(loo))
-    assert np.mean(pooled) > 6 * se and abs(np.mean(loo)) < 3 * se, (np.mean(pooled), np.mean(loo), se)
+    assert np.mean(pooled) > 4 * se and abs(np.mean(loo)) < 2.5 * se, (np.mean(pooled), np.mean(loo), se)
 
 
 def test_summaries_carry_q_values_and_verdicts_across_runs() -> None:

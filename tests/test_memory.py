@@ -4,7 +4,6 @@ with --max-memory 128MB, keeps the training process's peak RSS below the file's 
 in memory needs more than that (both measured in the same test)."""
 from __future__ import annotations
 
-
 import json
 import os
 import subprocess
@@ -13,8 +12,11 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 from conftest import ROOT
+
+pytestmark = pytest.mark.slow  # make test-all; make test leaves these out
 
 N_TRAIN, N_TEST, D, K = 600_000, 5_000, 768, 100
 
@@ -40,8 +42,6 @@ def write_imagenet_shaped(path: Path) -> Path:
 
 MEASURE = """
 import resource, subprocess, sys
-
-pytestmark = pytest.mark.slow  # make test-all; make test leaves these out
 r = subprocess.run([sys.executable, "-m", "mr2probe", *sys.argv[1:]])
 print(f"peak_rss_kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
 sys.exit(r.returncode)
