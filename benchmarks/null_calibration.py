@@ -79,7 +79,7 @@ def main() -> None:
     if args.out:
         atomic_text(args.out.with_suffix(".md"), "# The null control's ΔHard CI over the committed tables\n\n"
                     f"`python benchmarks/null_calibration.py {' '.join(map(str, args.roots))}`; "
-                    f"{__doc__.split(chr(10) + chr(10), 2)[1].strip()}\n\n" + "\n".join(lines) + "\n")
+                    f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}\n\n" + "\n".join(lines) + "\n")
         atomic_text(args.out.with_suffix(".csv"), df.to_csv(index=False, float_format="%.4f", lineterminator="\n"))
         print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.csv')}")
 
