@@ -173,6 +173,7 @@ def test_ctrl_c_stops_fast_exit_130_one_line_no_results(features: Path, tmp_path
 
 # ---- 4. determinism through the CLI ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_same_command_twice_gives_identical_results(features: Path, reference: Path, tmp_path: Path) -> None:
     out = tmp_path / "again"
     r = run(train_args(features, out))
@@ -201,6 +202,7 @@ SUBPROCESS_CASES = ["truncated HDF5 file", "--set mr2.c_bar=0 (c-bar must be > 0
                     "extract: recipe with an unknown key"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)
 def test_bad_input_as_a_user_runs_it(name: str, tmp_path: Path) -> None:
     """A few of the cases as real `python -m mr2probe` processes (exit status and stderr as the shell sees them)."""

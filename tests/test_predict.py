@@ -6,13 +6,14 @@ import shutil
 from pathlib import Path
 
 import h5py
-
 import numpy as np
 import pandas as pd
+import pytest
 
 from conftest import BUNDLED, run_cli, write_by_hand
 
 
+@pytest.mark.slow
 def test_predict_reproduces_the_runs_test_predictions(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = run_cli("train", "--methods", "ce,mr2,focal", "--seeds", "2", "--epochs", "1", "--min-steps", "20",
@@ -50,6 +51,7 @@ def test_predict_reproduces_the_runs_test_predictions(tmp_path: Path) -> None:
         assert z["ce__0"].shape == (2000,)
 
 
+@pytest.mark.slow
 def test_predict_refuses_mismatched_features_and_bad_outputs(tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert run_cli("train", "--methods", "ce", "--seeds", "1", "--epochs", "1", "--min-steps", "5", "--out",

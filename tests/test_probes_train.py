@@ -4,11 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import md_rows, run_cli, write_by_hand
 
 FAST = ["--epochs", "1", "--min-steps", "10", "--batch-size", "64", "-q", "--lr", "1e-2", "--wd", "1e-4"]
 
 
+@pytest.mark.slow
 def test_reference_probes_are_rows_of_the_table(tmp_path: Path) -> None:
     feats = write_by_hand(tmp_path / "f.h5", k=4, n_train=200, n_test=80, val=True)
     out = tmp_path / "run"

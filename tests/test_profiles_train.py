@@ -21,6 +21,7 @@ def feats(tmp_path: Path) -> Path:
     return write_by_hand(tmp_path / "f.h5", k=4, n_train=400, n_test=80, val=True)  # 100 per class, val split
 
 
+@pytest.mark.slow
 def test_longtail_profile_changes_train_only(tmp_path: Path, feats: Path) -> None:
     out = tmp_path / "lt"
     r = run_cli("train", "--features", str(feats), "--out", str(out), "--seeds", "1", "--train-profile",
@@ -44,6 +45,7 @@ def test_longtail_profile_changes_train_only(tmp_path: Path, feats: Path) -> Non
     assert not parts & {p.name.split("-", 1)[1] for p in (full / "parts").glob("seed0-*.json")}  # other keys
 
 
+@pytest.mark.slow
 def test_shots_with_episodes_are_replicates_like_seeds(tmp_path: Path, feats: Path) -> None:
     out = tmp_path / "shots"
     r = run_cli("train", "--features", str(feats), "--out", str(out), "--seeds", "2", "--train-profile", "shots:5",
@@ -73,6 +75,7 @@ def test_shots_with_episodes_are_replicates_like_seeds(tmp_path: Path, feats: Pa
     assert f"wrote {out}/results.json, table.md" in " ".join(r.stdout.split())  # the first run wrote it
 
 
+@pytest.mark.slow
 def test_a_finished_run_without_its_parts_is_kept_not_retrained(tmp_path: Path, feats: Path) -> None:
     """parts/ is not committed: a fresh clone of a finished run folder has results.json, predictions and heads
     only. The same command then keeps the folder byte for byte; other settings or other features train."""

@@ -88,6 +88,7 @@ def _simulate(rng: np.random.Generator, k: int = 30, n: int = 40, seeds: int = 3
     return r, preds
 
 
+@pytest.mark.slow
 def test_ranking_on_test_credits_a_null_method_and_val_or_crossfit_do_not() -> None:
     """Regression to the mean: classes ranked hard on the reference's own test accuracy were partly unlucky, so
     anything else scores higher on them. Over 30 simulated files with no effect, ΔHard of the null control is
@@ -163,6 +164,7 @@ def test_budget_is_a_number_of_steps_with_a_floor() -> None:
     assert budget(100, TrainConfig(min_steps=0)) == (30, 1)
 
 
+@pytest.mark.slow
 def test_train_records_the_budget_null_control_and_train_counts(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = run_cli("train", "--methods", "ce,focal", "--seeds", "2", "--epochs", "1", "--min-steps", "6",
@@ -226,6 +228,7 @@ def _ce_vs_logreg(d: dict[str, np.ndarray], rows: np.ndarray, head: str = "linea
     return runs[0]["test_acc"], best.score(d["tx"], d["ty"])
 
 
+@pytest.mark.slow
 def test_ce_probe_reaches_logistic_regression_on_real_features(bundled) -> None:
     """Bundled Fashion-MNIST × EfficientNet-Lite0 (1,800 train, 200 val, 2,000 test): CE ≥ LogReg − 0.5 pt."""
     ours, ref = _ce_vs_logreg(bundled, np.arange(len(bundled["y"])))
@@ -241,6 +244,7 @@ def test_ce_probe_reaches_logistic_regression_on_a_10_shot_subset(bundled) -> No
     assert ours >= ref - 0.005, (ours, ref)
 
 
+@pytest.mark.slow
 def test_cosine_reference_is_within_2_points_of_linear(bundled) -> None:
     """The cosine head's scale is selected on val (8 … 256): its CE reference is not under-fit."""
     rows = np.arange(len(bundled["y"]))

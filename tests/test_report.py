@@ -145,6 +145,7 @@ def test_variability_skipped_without_mr2_and_no_plots(tmp_path: Path) -> None:
     assert not list(e.glob("*.png")) and (e / "table.tex").exists()
 
 
+@pytest.mark.slow
 def test_bad_run_dirs_exit_2_one_line(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()

@@ -165,6 +165,7 @@ def test_bad_specs(tmp_path: Path, spec: str, words: str) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_synth(tmp_path: Path) -> None:
     out = tmp_path / "s.h5"
     r = run_cli("synth", "synthetic:K=3,D=5,n=20,spread=ramp:1-2", "--out", str(out))
