@@ -16,13 +16,12 @@ Instruments from test predictions (confusion C[true, pred], one bincount):
     HardRate = mean_{k ∈ hard} rate_k / share_k (1 = predicted as often as it occurs)
     per-class paired test against the reference: exact McNemar / sign test on the images whose seed-mean
     correctness differs (:func:`per_class_paired_test`), Benjamini–Hochberg q-values over classes
-    MDE = (z_0.975 + z_0.8) · SE(ΔHard);  Jaccard = |A ∩ B| / |A ∪ B| of hard sets
+    Jaccard = |A ∩ B| / |A ∪ B| of hard sets
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
@@ -103,63 +102,27 @@ def stratified_halves(y: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndar
 
 
 class Bootstrap:
-    """95% percentile bootstrap over test samples of statistics *averaged over seeds*.
+    """Shared, paired bootstrap draws of test images: the image stage of :mod:`~mr2probe.inference`.
 
     The draws are fixed once per test set: within each fold, ``draws`` resamples of its scored rows (with
-    replacement; for one fold over all of test the plain bootstrap, for crossfit a resample of each half).
-    Every method and every seed is evaluated on the same draws, so for draw b the seed-mean statistic is
-    T_b = mean_s t(pred_s, b) and a difference to the reference is T_b(method) − T_b(reference), paired. The CI
-    is [2.5, 97.5] percentiles of T_b: an interval of the quantity in the table (the mean over seeds) under
-    resampling of test images, with the seeds' predictions held fixed (seed-to-seed spread is the ± SD and the
-    null control). t: All = accuracy, Hard / Easy = mean acc_k over the fold's hard / easy classes, each
-    averaged over folds. Vectorised: per-class counts of all draws from one bincount over (draw, class) ids."""
-
-    STATS = ("All", "Hard", "Easy")
+    replacement; for one fold over all of test the plain bootstrap, for crossfit a resample of each half). Every
+    method and every replicate is scored on the same draws, so a difference to the reference is paired draw by
+    draw. A draw is held as how often it takes each row, W [draws, n_f] (exact small integers), so the per-class
+    hits of every draw and prediction vector are one matrix product (:meth:`rows`)."""
 
     def __init__(self, y: np.ndarray, folds: list[Fold], num_classes: int, draws: int = 1000, seed: int = 0
                  ) -> None:
         rng = np.random.default_rng(seed)
         self.shape, self.folds = (draws, num_classes), folds
-        self.idx, self.yy, self.offs, self.total = [], [], [], []
+        self.idx, self.weights, self.total = [], [], []
         for f in folds:
-            idx = f.rows[rng.integers(0, len(f.rows), size=(draws, len(f.rows)))]
-            yy = y[idx]
-            offs = (np.arange(draws)[:, None] * num_classes + yy).ravel()
-            self.idx.append(idx)
-            self.yy.append(yy)
-            self.offs.append(offs)
+            n = len(f.rows)
+            pos = rng.integers(0, n, size=(draws, n))  # the drawn positions within the fold
+            self.idx.append(f.rows[pos])
+            w = np.bincount((np.arange(draws)[:, None] * n + pos).ravel(), minlength=draws * n)
+            self.weights.append(w.reshape(draws, n).astype(np.float32))
+            offs = (np.arange(draws)[:, None] * num_classes + y[f.rows][pos]).ravel()
             self.total.append(np.bincount(offs, minlength=draws * num_classes).reshape(self.shape))
-
-    def stats(self, pred: np.ndarray) -> dict[str, np.ndarray]:
-        """Per draw ([draws]) for one prediction vector: All, Hard, Easy (fractions), averaged over folds."""
-        out = {k: np.zeros(self.shape[0]) for k in self.STATS}
-        for f, idx, yy, offs, total in zip(self.folds, self.idx, self.yy, self.offs, self.total):
-            correct = pred[idx] == yy
-            hits = np.bincount(offs, weights=correct.ravel(), minlength=total.size).reshape(self.shape)
-            with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # a draw without any image of a group: NaN
-                acc = hits / total
-                out["Hard"] += np.nanmean(acc[:, f.groups.hard], axis=1)
-                out["Easy"] += np.nanmean(acc[:, f.groups.easy], axis=1)
-            out["All"] += correct.mean(1)
-        return {k: v / len(self.folds) for k, v in out.items()}
-
-    def seed_mean(self, preds: list[np.ndarray]) -> dict[str, np.ndarray]:
-        """T_b: the per-draw statistics averaged over the seeds' prediction vectors."""
-        per = [self.stats(p) for p in preds]
-        return {k: np.mean([d[k] for d in per], axis=0) for k in self.STATS}
-
-    def _weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per fold: how often each scored row is drawn in each draw, W [draws, n_f] (float32, exact integers),
-        and the rows' classes; built once, from the same draws as :meth:`stats`."""
-        if not hasattr(self, "_w"):
-            self._w = []
-            for f, idx in zip(self.folds, self.idx):
-                pos = np.searchsorted(f.rows, idx)  # idx holds rows of f.rows: their positions
-                n = len(f.rows)
-                w = np.bincount((np.arange(len(idx))[:, None] * n + pos).ravel(), minlength=len(idx) * n)
-                self._w.append((w.reshape(len(idx), n).astype(np.float32), f.rows))
-        return self._w
 
     def rows(self, preds: list[np.ndarray], y: np.ndarray, groups: list[list[Groups]] | None = None
              ) -> dict[str, np.ndarray]:
@@ -170,7 +133,8 @@ class Bootstrap:
         k = self.shape[1]
         groups = groups or [[f.groups for f in self.folds]] * len(preds)
         out = {c: np.zeros((self.shape[0], len(preds))) for c in ("All", "Hard", "Easy", "Worst", "Gap")}
-        for fi, ((w, rows), total) in enumerate(zip(self._weights(), self.total)):
+        for fi, (f, w, total) in enumerate(zip(self.folds, self.weights, self.total)):
+            rows = f.rows
             yy = y[rows]
             onehot = np.eye(k, dtype=np.float32)[yy]  # [n_f, K]
             correct = np.stack([p[rows] == yy for p in preds], axis=1).astype(np.float32)  # [n_f, R]
@@ -189,17 +153,6 @@ class Bootstrap:
             out["All"] += hits.sum(2) / len(rows)
         return {c: 100.0 * v / len(self.folds) for c, v in out.items()}
 
-    @staticmethod
-    def cis(t: dict[str, np.ndarray], ref: dict[str, np.ndarray] | None = None) -> dict[str, list[float]]:
-        """CIs (in %) of All, Hard, Easy from seed-mean draws ``t``; with ``ref`` also of ΔAll, ΔHard, ΔEasy."""
-        def ci(v: np.ndarray) -> list[float]:
-            return [100.0 * float(np.nanpercentile(v, 2.5)), 100.0 * float(np.nanpercentile(v, 97.5))]
-
-        out = {k: ci(v) for k, v in t.items()}
-        if ref is not None:
-            out.update({f"Δ{k}": ci(t[k] - ref[k]) for k in t})
-        return out
-
 
 # ---- per-class instruments (precision, prediction rate, paired per-class tests, MDE, hard-set stability) ------
 
@@ -209,8 +162,6 @@ predictions): HardPrec = mean precision_k over the hard classes (%), HardRate = 
 (#pred k)/(#true k), i.e. prediction rate over test share (1.00 = predicted as often as they occur)."""
 SIG_COLUMN = "Sig↑/↓"
 """Classes whose accuracy changed against the reference at q < 0.05 (BH over classes), up / down."""
-Z_ALPHA, Z_POWER = NormalDist().inv_cdf(0.975), NormalDist().inv_cdf(0.8)
-"""z_{0.975} and z_{0.8}: a two-sided test at α = 0.05 with 80% power; their sum is 2.80."""
 
 
 def confusion(pred: np.ndarray, y: np.ndarray, num_classes: int) -> np.ndarray:
@@ -293,12 +244,6 @@ def per_class_paired_test(correct: np.ndarray, ref_correct: np.ndarray, y: np.nd
     c = np.bincount(y, weights=d < 0, minlength=num_classes)
     p = exact_mcnemar(b, c)
     return {"delta_acc": delta, "better": b, "worse": c, "p": p, "q": bh_qvalues(p)}
-
-
-def minimum_detectable(se: float) -> float:
-    """MDE = (z_{0.975} + z_{0.8}) · SE ≈ 2.80 · SE: the true effect a two-sided test at α = 0.05 detects with
-    80% power when its estimate has standard error SE."""
-    return float((Z_ALPHA + Z_POWER) * se)
 
 
 def jaccard_matrix(members: np.ndarray) -> np.ndarray:

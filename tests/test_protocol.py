@@ -120,37 +120,41 @@ def test_spread_is_the_sample_sd_and_the_null_row_is_no_bold_candidate() -> None
     assert np.isnan(one.std["ce"]["All"])  # one seed: no spread, not 0
 
 
-def test_ci_is_of_the_seed_mean_not_the_mean_of_per_seed_cis() -> None:
-    """Two test images of one class; seed 0 is right on image 0 only, seed 1 on image 1 only. Every resample
-    (i, j) gives the two seeds accuracies that add up to 1, so the seed mean is 50% in every draw: its CI is
-    [50, 50]. Each seed alone has accuracies {0, 50, 100} over draws (CI [0, 100]), and averaging their
-    endpoints — the old construction — would report [0, 100]."""
+def test_draws_are_shared_by_the_replicates_so_their_mean_is_paired() -> None:
+    """Two test images of one class; replicate 0 is right on image 0 only, replicate 1 on image 1 only. Every
+    resample (i, j) gives the two replicates accuracies that add up to 1, so their mean is 50% in every draw,
+    while each replicate alone takes 0, 50 or 100; the reference right on both is 100 in every draw."""
     y = np.array([0, 0])
     folds = [Fold(np.arange(2), Groups(np.array([0]), np.array([], int), np.array([0])))]
     boot = Bootstrap(y, folds, num_classes=1, draws=200, seed=0)
-    p0, p1 = np.array([0, 1]), np.array([1, 0])
-    t = boot.seed_mean([p0, p1])
-    assert Bootstrap.cis(t)["All"] == [50.0, 50.0]
-    assert Bootstrap.cis(boot.stats(p0))["All"] == [0.0, 100.0]
-    # seed_mean is the per-draw mean of the seeds' statistics
-    np.testing.assert_allclose(t["Hard"], (boot.stats(p0)["Hard"] + boot.stats(p1)["Hard"]) / 2)
-    ref = boot.seed_mean([y, y])
-    assert Bootstrap.cis(t, ref)["ΔAll"] == [-50.0, -50.0]
+    r = boot.rows([np.array([0, 1]), np.array([1, 0])], y)
+    assert r["All"].shape == (200, 2)
+    np.testing.assert_allclose(r["All"].mean(1), 50.0)
+    assert set(np.unique(r["All"][:, 0])) == {0.0, 50.0, 100.0}
+    np.testing.assert_allclose(r["Hard"], r["All"])  # the one class is the hard group
+    ref = boot.rows([y, y], y)
+    np.testing.assert_allclose(r["All"].mean(1) - ref["All"].mean(1), -50.0)
 
 
-def test_bootstrap_stats_equal_a_direct_computation() -> None:
+def test_bootstrap_rows_equal_a_direct_computation() -> None:
     rng = np.random.default_rng(1)
     y = rng.integers(0, 4, 60)
     pred = np.where(rng.random(60) < 0.7, y, rng.integers(0, 4, 60))
     groups = Groups(np.array([1]), np.array([2, 3]), np.array([0]))
     boot = Bootstrap(y, [Fold(np.arange(60), groups)], 4, draws=5, seed=3)
-    got = boot.stats(pred)
+    got = boot.rows([pred], y)
+    other = Groups(np.array([2]), np.array([1, 3]), np.array([0]))  # a replicate scored with groups of its own
+    mine = boot.rows([pred], y, [[other]])
     for b in range(5):
         idx = boot.idx[0][b]
         yy, pp = y[idx], pred[idx]
-        assert got["All"][b] == pytest.approx(np.mean(pp == yy))
-        assert got["Hard"][b] == pytest.approx(np.mean(pp[yy == 1] == 1))
-        assert got["Easy"][b] == pytest.approx(np.mean(pp[yy == 0] == 0))
+        acc = [np.mean(pp[yy == k] == k) for k in range(4)]
+        assert got["All"][b, 0] == pytest.approx(100 * np.mean(pp == yy))
+        assert got["Hard"][b, 0] == pytest.approx(100 * acc[1])
+        assert got["Easy"][b, 0] == pytest.approx(100 * acc[0])
+        assert got["Worst"][b, 0] == pytest.approx(100 * min(acc))
+        assert got["Gap"][b, 0] == pytest.approx(100 * (acc[0] - acc[1]))
+        assert mine["Hard"][b, 0] == pytest.approx(100 * acc[2])
 
 
 # ---- budget ------------------------------------------------------------------------------------------------
