@@ -66,7 +66,7 @@ def with_settings(settings: dict[str, Setting]) -> Callable:
     def value(s: Setting, given: object) -> object:
         if s.kind == "bool":
             return not given if s.default else bool(given)
-        return parse_floats(str(given), s.flag) if s.kind == "floats" else s.check_choice(given, s.flag)
+        return parse_floats(str(given), s.flag) if s.kind == "floats" else s.check_value(given, s.flag)
 
     def deco(fn: Callable) -> Callable:
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "settings"]
@@ -266,10 +266,8 @@ def report(
     variability.png and tradeoff.png; with several run folders also a Δ summary across them."""
     from .report import run_report
 
-    if equivalence_margin <= 0:
-        raise UserError(f"--equivalence-margin must be > 0 points, got {equivalence_margin:g}")
-    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null,
-                          margin=equivalence_margin))
+    margin = TRAIN["equivalence_margin"].check_value(equivalence_margin, "--equivalence-margin")
+    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null, margin=margin))
 
 
 @app.command()

@@ -58,6 +58,7 @@ class Setting:
     help: str
     estimator: Any = NO_ESTIMATOR
     choices: tuple[str, ...] = ()  # the values a str setting may take (empty: any)
+    above: float | None = None  # a number setting must be greater than this (None: any)
 
     @property
     def flag(self) -> str:
@@ -76,11 +77,11 @@ class Setting:
         elif self.kind == "int" and isinstance(value, int) and not isinstance(value, bool):
             return value
         elif self.kind == "float" and isinstance(value, number) and not isinstance(value, bool):
-            return float(value)
+            return self.check_value(float(value), f"{where}: {self.name}")
         elif self.kind == "bool" and isinstance(value, bool):
             return value
         elif self.kind in ("str", "device") and isinstance(value, str):
-            return self.check_choice(value, f"{where}: {self.name}")
+            return self.check_value(value, f"{where}: {self.name}")
         elif self.kind == "size" and isinstance(value, (str, int)) and not isinstance(value, bool):
             return value
         raise UserError(f"{where}: {self.name} must be {_KIND_TEXT[self.kind]}, got {value!r}")
@@ -91,6 +92,12 @@ class Setting:
         if self.choices and value not in self.choices:
             raise UserError(f"{label} must be one of {', '.join(self.choices)}, got {value!r}")
         return value
+
+    def check_value(self, value: Any, label: str) -> Any:
+        """:meth:`check_choice`, and for a number the bound :attr:`above`; a one-line :class:`UserError` if not."""
+        if self.above is not None and isinstance(value, (int, float)) and not value > self.above:
+            raise UserError(f"{label} must be > {self.above:g}, got {value:g}")
+        return self.check_choice(value, label)
 
 
 _KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
@@ -148,7 +155,7 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
             "many papers do).", choices=tuple(GROUPS_ON)),
     Setting("equivalence_margin", "float", 1.0, "Equivalence margin m of the tables' verdicts, in points: a method "
             "is 'equivalent' to the reference when the TOST at ±m rejects (its 90% CI inside ±m) and the difference "
-            "is not significant."),
+            "is not significant.", above=0.0),
     Setting("episodes", "int", 1, "Seeded draws of a training profile, averaged like seeds (e.g. --train-profile "
             "shots:5 --episodes 5)."),
     Setting("profile_seed", "int", 0, "Seed of the training profile's class order and draws."),

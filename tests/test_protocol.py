@@ -146,7 +146,7 @@ def test_bootstrap_rows_equal_a_direct_computation() -> None:
     other = Groups(np.array([2]), np.array([1, 3]), np.array([0]))  # a replicate scored with groups of its own
     mine = boot.rows([pred], y, [[other]])
     for b in range(5):
-        idx = boot.idx[0][b]
+        idx = np.repeat(np.arange(60), boot.weights[0][b].astype(int))  # the rows draw b takes, as often
         yy, pp = y[idx], pred[idx]
         acc = [np.mean(pp[yy == k] == k) for k in range(4)]
         assert got["All"][b, 0] == pytest.approx(100 * np.mean(pp == yy))
@@ -196,6 +196,7 @@ def test_train_records_the_budget_null_control_and_train_counts(tmp_path: Path) 
     (["--min-steps", "-1"], "--min-steps must be ≥ 0"),
     (["--scale", "16,0", "--head", "cosine"], "--scale values must be finite and > 0"),
     (["--groups-on", "train"], "--groups-on must be one of val, val-pooled, crossfit, test"),
+    (["--equivalence-margin", "0"], "--equivalence-margin must be > 0"),
 ])
 def test_bad_protocol_flags_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:
     r = run_cli("train", *args, "--out", str(tmp_path / "r"), "-q")

@@ -88,3 +88,12 @@ def test_cli_and_suite_build_the_same_config(tmp_path: Path, monkeypatch: pytest
     from_suite = experiment_config(load_suite(suite), "cosine", feats, out, profile="shots:5")
     assert seen[0] == from_suite
     assert from_suite.train.lrs == (0.01, 0.1) and from_suite.null is False and from_suite.profile.episodes == 3
+
+
+def test_a_bounded_setting_is_refused_in_a_suite_table_with_one_line() -> None:
+    from mr2probe.errors import UserError
+    from mr2probe.settings import check_table
+
+    assert check_table({"equivalence_margin": 0.5}, "suite [train]") == {"equivalence_margin": 0.5}
+    with pytest.raises(UserError, match=r"suite \[train\]: equivalence_margin must be > 0, got -1"):
+        check_table({"equivalence_margin": -1}, "suite [train]")
