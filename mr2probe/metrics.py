@@ -114,11 +114,10 @@ class Bootstrap:
                  ) -> None:
         rng = np.random.default_rng(seed)
         self.shape, self.folds = (draws, num_classes), folds
-        self.idx, self.weights, self.total = [], [], []
+        self.weights, self.total = [], []
         for f in folds:
             n = len(f.rows)
             pos = rng.integers(0, n, size=(draws, n))  # the drawn positions within the fold
-            self.idx.append(f.rows[pos])
             w = np.bincount((np.arange(draws)[:, None] * n + pos).ravel(), minlength=draws * n)
             self.weights.append(w.reshape(draws, n).astype(np.float32))
             offs = (np.arange(draws)[:, None] * num_classes + y[f.rows][pos]).ravel()
