@@ -37,6 +37,7 @@ from .featurestore import FeatureSet, check_classes_covered, content_sha256, fil
 from .heads import ProbeConfig, ProbeStack
 from .methods import METHODS
 from .metrics import null_name, per_class_accuracy
+from .predfile import LABELS, load_predictions, save_predictions
 from .probes import REFERENCE_PROBES, SELECT, fit_reference_probe
 from .profiles import Profile, draw_seed, parse_profile, select_rows
 from .settings import BUDGET_RULES, EXACT_PROBE, EXACT_PROBE_TOLERANCE, resolved
@@ -228,29 +229,6 @@ def atomic_json(path: Path, obj: Any) -> None:
     atomic_text(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
-def atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Save arrays whose keys may contain "/" (stored as "__")."""
-    def write(p: Path) -> None:
-        with open(p, "wb") as f:
-            np.savez_compressed(f, **{k.replace("/", "__"): v for k, v in arrays.items()})
-
-    atomic_write(path, write)
-
-
-def compact_labels(a: np.ndarray) -> np.ndarray:
-    """Class labels in the smallest unsigned integer dtype that holds them (uint8 up to 255 classes): predictions
-    files are kept in git, and int64 labels would be 8× larger before compression."""
-    a = np.asarray(a)
-    if a.dtype.kind not in "iu" or a.size == 0 or a.min() < 0:
-        return a
-    return a.astype(np.min_scalar_type(int(a.max())), copy=False)
-
-
-def load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as z:
-        return {k.replace("__", "/"): z[k] for k in z.files}
-
-
 LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of ``scales`` in every linear-head part key
 
 
@@ -319,10 +297,11 @@ def _run_identity(config: dict[str, Any], profile: dict[str, Any], reference: st
 
 def _finished(out: Path, identity: str, results: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The folder's results.json when it was made by a run of the same identity (``_run_identity``) and its
-    predictions and heads are there: the run is finished even when its parts/ are gone (parts are not kept in
-    git, so a fresh clone of a committed run has none), and it is kept as it is instead of trained again. With
+    predictions are there: the run is finished even when its parts/ and heads are gone (neither is kept in git,
+    so a fresh clone of a committed run has none), and it is kept as it is instead of trained again. With
     ``results`` (every seed stack was found in parts/), only when it also holds those numbers (fields of
-    ``_AS_MADE`` aside): re-running a finished command rewrites nothing, so the first run's provenance is kept."""
+    ``_AS_MADE`` aside) and its heads: re-running a finished command rewrites nothing, so the first run's
+    provenance is kept, and heads lost since are written again from the parts."""
     try:
         old = json.loads((out / "results.json").read_text())
         prov = old["provenance"]
@@ -332,7 +311,7 @@ def _finished(out: Path, identity: str, results: dict[str, Any] | None = None) -
                                 stream)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    files = all((out / f).exists() for f in ("predictions.npz", "heads.safetensors"))
+    files = (out / "predictions.npz").exists() and (results is None or (out / "heads.safetensors").exists())
     def numbers(r: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in json.loads(json.dumps(r, default=str)).items() if k not in _AS_MADE}
 
@@ -609,7 +588,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, seed_log, bar,
                                                        probe_cache)
         save_heads(part.with_suffix(".heads.safetensors"), seed_heads)
-        atomic_npz(part_npz, seed_preds)
+        save_predictions(part_npz, seed_preds)
         atomic_json(part, {"key": key, "runs": [{**r, "episode": ep} for r in seed_runs], "notes": said})
 
     with progress_bar(f"sweep: {len(cfg.methods)} methods, {heads} heads per seed; {len(mine)} seed stacks to train"
@@ -631,7 +610,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
             log(f"seed {seed}{' (null control)' if rename else ''}: already trained ({part.name}), kept")
         for msg in stored.get("notes", []):  # said while training it (here, on another rank or in an earlier run)
             log(msg)
-        seed_runs, seed_preds = stored["runs"], load_npz(part_npz)
+        seed_runs, seed_preds = stored["runs"], load_predictions(part_npz)
         seed_heads = load_heads(part_heads) if part_heads.exists() else {}
         if not seed_heads:
             log(f"seed {seed}: trained by an older mr2probe, no saved heads (mr2probe predict skips it)")
@@ -687,8 +666,7 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         console.print("[dim]every seed stack was already trained and the run folder holds these results: kept as it "
                       "is[/dim]")
         return kept
-    atomic_npz(out / "predictions.npz", {k: compact_labels(v) for k, v in
-                                         {"test_labels": test[1].cpu().numpy(), **preds}.items()})
+    save_predictions(out / "predictions.npz", {LABELS: test[1].cpu().numpy(), **preds})
     meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(cfg.train.probe)), "in_dim": str(fs.dim),
             "num_classes": str(fs.num_classes), "class_names": json.dumps(fs.class_names)}
     save_heads(out / "heads.safetensors", heads_state, meta)

@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .atomic import atomic_text
+from .atomic import atomic_text, atomic_write
 from .errors import UserError
-from .experiment import HEADS_FORMAT, atomic_npz, load_heads, load_npz, predict_labels
+from .experiment import HEADS_FORMAT, load_heads, predict_labels
 from .featurestore import read_features
 from .heads import ProbeConfig, ProbeStack
+from .predfile import load_predictions
 from .trainer import pick_device
 
 
@@ -26,7 +27,8 @@ def load_run_heads(run_dir: str | Path) -> tuple[dict, dict[str, dict[str, torch
     """(metadata, {"method/seed": state}) of a run's saved heads; a missing or foreign file is a UserError."""
     path = Path(run_dir) / "heads.safetensors"
     if not path.is_file():
-        raise UserError(f"{path} not found: the run was trained by an older mr2probe, or not trained; train again")
+        raise UserError(f"{path} not found: heads are written by `mr2probe train` (not kept in git, and not by older "
+                        "versions); train the run again")
     try:
         from safetensors import safe_open
 
@@ -74,7 +76,7 @@ def agreement_with_run(run_dir: str | Path, df: pd.DataFrame) -> pd.Series | Non
     path = Path(run_dir) / "predictions.npz"
     if not path.is_file():
         return None
-    saved = load_npz(path)
+    saved = load_predictions(path)
     labels = saved.pop("test_labels", None)
     if labels is None or len(labels) != len(df) or not np.array_equal(labels, df["label"].to_numpy()):
         return None
@@ -83,13 +85,19 @@ def agreement_with_run(run_dir: str | Path, df: pd.DataFrame) -> pd.Series | Non
 
 
 def write_predictions(df: pd.DataFrame, out: str | Path) -> Path:
-    """``.csv`` (one column per head) or ``.npz`` (the predictions.npz layout: "method/seed" arrays), atomically."""
+    """``.csv`` (one column per head) or ``.npz`` ("labels", "index" and one array per head, "/" in names
+    stored as "__"), atomically."""
     out = Path(out)
     if out.suffix == ".csv":
         atomic_text(out, df.to_csv(index=False))
     elif out.suffix == ".npz":
-        atomic_npz(out, {"labels": df["label"].to_numpy(), "index": df["index"].to_numpy(),
-                         **{c: df[c].to_numpy(np.int32) for c in df.columns if c not in ("index", "label")}})
+        arrays = {"labels": df["label"].to_numpy(), "index": df["index"].to_numpy(),
+                  **{c.replace("/", "__"): df[c].to_numpy(np.int32) for c in df.columns if c not in ("index", "label")}}
+        def write(p: Path) -> None:
+            with open(p, "wb") as f:  # a file object: savez would append ".npz" to the temporary name
+                np.savez_compressed(f, **arrays)
+
+        atomic_write(out, write)
     else:
         raise UserError(f"--out {out}: use a .csv or .npz file")
     return out

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from . import predfile
 from .atomic import atomic_text
 from .errors import UserError
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
@@ -75,14 +76,12 @@ def load_results(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_predictions(run_dir: str | Path) -> dict[str, np.ndarray] | None:
-    """predictions.npz as written by ``experiment.atomic_npz`` ("/" in keys stored as "__"), or None.
-    Read here rather than with ``experiment.load_npz`` so that reporting does not import torch."""
+    """The run folder's predictions.npz (read by ``predfile.load_predictions``), or None when it has none."""
     path = Path(run_dir) / "predictions.npz"
     if not path.is_file():
         return None
     try:
-        with np.load(path) as z:
-            return {k.replace("__", "/"): z[k] for k in z.files}
+        return predfile.load_predictions(path)
     except (OSError, ValueError) as e:
         raise UserError(f"{path} is unreadable ({e}); train again or delete it to report without CIs") from None
 

@@ -1,5 +1,6 @@
-"""Rewrite predictions.npz files with their labels in the smallest unsigned integer dtype (compressed), as
-``mr2probe train`` writes them; the values are unchanged (checked before the file is replaced).
+"""Rewrite predictions.npz files in the layout ``mr2probe train`` writes (``mr2probe.predfile``: one [N, runs]
+matrix of the smallest unsigned integer dtype, compressed); the values are unchanged (checked before the file
+is replaced). Files already in that layout are left as they are.
 
     python scripts/compact_predictions.py results
 """
@@ -10,20 +11,20 @@ from pathlib import Path
 
 import numpy as np
 
-from mr2probe.experiment import atomic_npz, compact_labels, load_npz
+from mr2probe.predfile import load_predictions, save_predictions
 
 
 def main(roots: list[str]) -> None:
     before = after = 0
     for path in sorted(p for r in roots for p in Path(r).rglob("predictions.npz")):
-        arrays = load_npz(path)
-        small = {k: compact_labels(v) for k, v in arrays.items()}
-        if all(small[k].dtype == v.dtype for k, v in arrays.items()):
-            continue
+        with np.load(path) as z:
+            if "predictions" in z.files:
+                continue
+        arrays = load_predictions(path)
         size = path.stat().st_size
-        atomic_npz(path, small)
-        back = load_npz(path)
-        assert all(np.array_equal(back[k], v) for k, v in arrays.items()), path
+        save_predictions(path, arrays)
+        back = load_predictions(path)
+        assert list(back) == list(arrays) and all(np.array_equal(back[k], v) for k, v in arrays.items()), path
         before, after = before + size, after + path.stat().st_size
     print(f"{before:,} → {after:,} bytes")
 

@@ -28,8 +28,9 @@ def test_train_report_info_on_bundled_file(tmp_path: Path) -> None:
     assert all(len(x["margins"]) == 10 for x in mr2)
     assert res["provenance"]["encoder"] == "efficientnet-lite0" and res["provenance"]["splits"]["test"] == 2000
     assert all(0.5 < x["test_acc"] <= 1 for x in res["runs"])  # real features: far above chance (0.1)
-    with np.load(out / "predictions.npz") as z:  # labels of 10 classes kept as uint8
-        assert {z[k].dtype for k in z.files} == {np.dtype(np.uint8)} and len(z["test_labels"]) == 2000
+    with np.load(out / "predictions.npz") as z:  # labels of 10 classes kept as uint8, one column per run
+        assert {z[k].dtype for k in ("predictions", "test_labels")} == {np.dtype(np.uint8)}
+        assert z["predictions"].shape == (2000, 6) and len(z["test_labels"]) == 2000
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert [row["method"] for row in rows] == ["ce", "mr2", "ce (null)"]
     assert list(rows[0])[: 1 + len(COLUMNS + DELTA_COLUMNS)] == ["method"] + COLUMNS + DELTA_COLUMNS

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, write_by_hand
+from mr2probe.predfile import load_predictions
 
 _spec = importlib.util.spec_from_file_location("bad_inputs", ROOT / "scripts" / "bad_inputs.py")
 bad_inputs = importlib.util.module_from_spec(_spec)
@@ -79,9 +80,7 @@ def without_wall_times(obj):
 
 
 def load_run(out: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    with np.load(out / "predictions.npz") as z:
-        preds = {k: z[k] for k in z.files}
-    return json.loads((out / "results.json").read_text()), preds
+    return json.loads((out / "results.json").read_text()), load_predictions(out / "predictions.npz")
 
 
 def assert_same_predictions(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:

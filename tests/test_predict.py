@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import BUNDLED, run_cli, write_by_hand
+from mr2probe.predfile import load_predictions
 
 
 @pytest.mark.slow
@@ -19,8 +20,7 @@ def test_predict_reproduces_the_runs_test_predictions(tmp_path: Path) -> None:
     r = run_cli("train", "--methods", "ce,mr2,focal", "--seeds", "2", "--epochs", "1", "--min-steps", "20",
                 "--head", "cosine", "--scale", "16,32", "--out", str(out), "-q")
     assert r.returncode == 0, r.stderr
-    with np.load(out / "predictions.npz") as z:
-        saved = {k.replace("__", "/"): z[k] for k in z.files}
+    saved = load_predictions(out / "predictions.npz")
     csv = tmp_path / "p.csv"
     r = run_cli("predict", str(out), "--features", str(BUNDLED), "--split", "test", "--out", str(csv))
     assert r.returncode == 0, r.stderr
