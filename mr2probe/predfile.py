@@ -3,7 +3,7 @@
 Layout (a plain ``.npz``, read with ``numpy.load``, no pickle):
 
 - ``test_labels``: [N], the true class of each test image;
-- ``runs``: [R] strings, the run labels of results.json ("method/seed", "method/seed/eEPISODE");
+- ``runs``: [R] strings, "method/seed" of results.json's runs (an episode's runs have seeds of their own);
 - ``predictions``: [N, R], column r holding run r's predicted class of every test image.
 
 Labels are kept in the smallest unsigned integer dtype that holds them (uint8 up to 256 classes) and compressed.
