@@ -209,6 +209,8 @@ def reference_check_line(s: Summary) -> str | None:
     c = s.reference_check
     if c is None:
         return None
+    val = "" if c.get("val_gap") is None else f" (on val {c['probe']} {c['val_gap']:+.2f})"  # what selection saw
+    within = f"({c['probe']} {c['gap']:+.2f}{'; on val ' + format(c['val_gap'], '+.2f') if val else ''})"
     steps = "" if c.get("steps") is None else f"{c['steps']} steps"
     if c.get("checkpoints"):
         how = (f"checkpoints {', '.join(str(x) for x in c['checkpoints'])} steps chosen per method on val, "
@@ -216,12 +218,12 @@ def reference_check_line(s: Summary) -> str | None:
         budget = f" (budget: {how})"
         if c["under_fit"]:
             return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} "
-                    f"points above {s.reference} on All, more than the protocol's {c['tolerance']:g}: the reference "
+                    f"points above {s.reference} on All{val}, more than the protocol's {c['tolerance']:g}: the reference "
                     f"may be under-fit (a larger --max-steps or a wider grid){budget}")
         return (f"Reference check: {s.reference} is within {c['tolerance']:g} point of {c['probe']} (exact L2 "
-                f"logistic regression, C on val) on All ({c['probe']} {c['gap']:+.2f}){budget}" if c["gap"] >=
+                f"logistic regression, C on val) on All {within}{budget}" if c["gap"] >=
                 -c["tolerance"] else f"Reference check: {s.reference} is {-c['gap']:.2f} points above {c['probe']} "
-                f"(exact L2 logistic regression, C on val) on All{budget}")
+                f"(exact L2 logistic regression, C on val) on All{val}{budget}")
     if c.get("calibrated"):
         how = f"{steps} by the reach-logreg rule" + (", reached on val" if c["reached"] else
                                                     ", its ceiling: not reached on val (raise --max-steps)")
@@ -231,18 +233,18 @@ def reference_check_line(s: Summary) -> str | None:
     if c["under_fit"] and c.get("calibrated") and c["reached"]:
         # the budget was raised until the reference matched logreg on val: more steps are not what test lacks
         return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} points "
-                f"above {s.reference} on All, more than the protocol's {c['tolerance']:g}, although the budget "
+                f"above {s.reference} on All{val}, more than the protocol's {c['tolerance']:g}, although the budget "
                 f"reached it on val ({how}): a difference between val and test, or the reference's grid (learning "
                 f"rate, weight decay), not too few steps")
     if c["under_fit"]:
         return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} points "
-                f"above {s.reference} on All, more than the protocol's {c['tolerance']:g}: the reference may be "
+                f"above {s.reference} on All{val}, more than the protocol's {c['tolerance']:g}: the reference may be "
                 f"under-fit on these features (a larger step budget or grid{'; budget: ' + how if how else ''})")
     if c["gap"] < -c["tolerance"]:
         return (f"Reference check: {s.reference} is {-c['gap']:.2f} points above {c['probe']} (exact L2 logistic "
-                f"regression, C on val) on All{budget}")
+                f"regression, C on val) on All{val}{budget}")
     return (f"Reference check: {s.reference} is within {c['tolerance']:g} point of {c['probe']} (exact L2 logistic "
-            f"regression, C on val) on All ({c['probe']} {c['gap']:+.2f}){budget}")
+            f"regression, C on val) on All {within}{budget}")
 
 
 def mde_line(s: Summary) -> str:

@@ -338,7 +338,8 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    mde=detectable_delta_hard(inference, null_method),
                    seed_stability=seed_stability(ref_runs, list(results["class_names"])),
                    grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}),
-                   reference_check=reference_probe_check(mean, reference, results.get("budget"), ref_runs),
+                   reference_check=reference_probe_check(mean, reference, results.get("budget"), ref_runs,
+                                                         by_method.get(EXACT_PROBE, [])),
                    inference=inference, margin=margin,
                    loo_groups=group_on == "val" and pair_folds[0] is not folds)
 
@@ -494,21 +495,26 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
 
 
 def reference_probe_check(mean: dict[str, dict[str, float]], reference: str,
-                          budget: dict[str, Any] | None = None, ref_runs: Sequence[dict[str, Any]] = ()
-                          ) -> dict[str, Any] | None:
+                          budget: dict[str, Any] | None = None, ref_runs: Sequence[dict[str, Any]] = (),
+                          probe_runs: Sequence[dict[str, Any]] = ()) -> dict[str, Any] | None:
     """The reference against the exact logistic regression on the same features: gap = All(logreg) − All(reference)
     (seed means, points) and ``under_fit`` = gap > :data:`EXACT_PROBE_TOLERANCE` (a budget or grid too small for
     these features), with the run's step budget (``steps``; ``calibrated``/``reached`` under the reach-logreg
-    rule). None without a ``logreg`` row, or when logreg is the reference."""
+    rule). ``val_gap``: the same difference of the runs' val scores (what selection saw; None when a run has
+    none). None without a ``logreg`` row, or when logreg is the reference."""
     if EXACT_PROBE not in mean or reference not in mean or reference == EXACT_PROBE:
         return None
     gap = mean[EXACT_PROBE]["All"] - mean[reference]["All"]
+    scores = [[r.get("val_score") for r in runs] for runs in (probe_runs, ref_runs)]
+    val_gap = (100 * (np.mean(scores[0]) - np.mean(scores[1]))
+               if all(v and all(_is_number(x) for x in v) for v in scores) else None)
     budget = budget or {}
     calibration = budget.get("calibration")
     chosen = sorted({int(r["checkpoint_step"]) for r in ref_runs if r.get("checkpoint_step") is not None})
     return {"probe": EXACT_PROBE, "gap": gap, "tolerance": EXACT_PROBE_TOLERANCE,
-            "under_fit": bool(gap > EXACT_PROBE_TOLERANCE), "steps": budget.get("steps"),
-            "calibrated": calibration is not None, "reached": None if calibration is None else calibration["reached"],
+            "under_fit": bool(gap > EXACT_PROBE_TOLERANCE), "val_gap": None if val_gap is None else float(val_gap),
+            "steps": budget.get("steps"), "calibrated": calibration is not None,
+            "reached": None if calibration is None else calibration["reached"],
             "checkpoints": budget.get("checkpoints"), "reference_checkpoints": chosen}
 
 

@@ -66,7 +66,7 @@ def write_run(run_dir: Path, preds: dict[str, list[np.ndarray]], with_prediction
             seed = (seeds or {}).get(method, list(range(len(per_seed))))[i]
             acc = per_class_accuracy(p, y, K).tolist()
             runs.append({"method": method, "seed": seed, "hparams": {}, "per_class_acc": acc,
-                         "val_per_class_acc": acc})
+                         "val_per_class_acc": acc, "val_score": float(np.mean(p == y))})
             npz[f"{method}/{seed}"] = p
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "results.json").write_text(json.dumps({
@@ -408,30 +408,33 @@ def test_grid_edges_flag_an_end_only_where_the_val_score_still_rises() -> None:
 
 def test_the_reference_is_checked_against_logreg_under_every_table(tmp_path: Path) -> None:
     """protocol.md: a CE probe reaches the exact logistic regression within 0.5 pt. ce's All is 92/120 = 76.67 %;
-    logreg 2 more images right (78.33 %, +1.67: flagged), the same (within) or 1 fewer (75.83 %: ce 0.83 above)."""
+    logreg 2 more images right (78.33 %, +1.67: flagged), the same (within) or 1 fewer (75.83 %: ce 0.83 above).
+    The runs' val scores (here their test accuracy) give the same gap on val, which the line quotes beside."""
     from mr2probe.report import reference_check_line, terminal_table
 
     better = write_run(tmp_path / "better", {"ce": [predict(REF)] * 2,
                                              "logreg": [predict([0.9, 0.6, 0.9, 0.5, 0.9, 0.9])] * 2})
     rep = report_run(better)
     assert rep.summary.reference_check == {"probe": "logreg", "gap": pytest.approx(100 * 2 / 120),
-                                           "tolerance": 0.5, "under_fit": True, "steps": None,
+                                           "tolerance": 0.5, "under_fit": True,
+                                           "val_gap": pytest.approx(100 * 2 / 120), "steps": None,
                                            "calibrated": False, "reached": None, "checkpoints": None,
                                            "reference_checkpoints": []}
     line = reference_check_line(rep.summary)
     assert line.startswith("Reference check: logreg (exact L2 logistic regression, C on val) is +1.67 points above "
-                           "ce on All, more than the protocol's 0.5: the reference may be under-fit")
+                           "ce on All (on val logreg +1.67), more than the protocol's 0.5: the reference may be "
+                           "under-fit")
     assert line in rep.markdown and "may be under-fit" in " ".join(terminal_table(rep.summary).split())
     assert json.loads((better / "summary.json").read_text())["reference_check"]["under_fit"] is True
     same = report_run(write_run(tmp_path / "same", {"ce": [predict(REF)] * 2, "logreg": [predict(REF)] * 2}))
     line = reference_check_line(same.summary)
     assert line == ("Reference check: ce is within 0.5 point of logreg (exact L2 logistic regression, C on val) on "
-                    "All (logreg +0.00)") and line in same.markdown
+                    "All (logreg +0.00; on val +0.00)") and line in same.markdown
     assert "under-fit" not in " ".join(terminal_table(same.summary).split())
     worse = report_run(write_run(tmp_path / "worse", {"ce": [predict(REF)] * 2,
                                                       "logreg": [predict([0.9, 0.5, 0.9, 0.5, 0.9, 0.85])] * 2}))
     assert reference_check_line(worse.summary) == ("Reference check: ce is 0.83 points above logreg (exact L2 "
-                                                   "logistic regression, C on val) on All")
+                                                   "logistic regression, C on val) on All (on val logreg -0.83)")
     assert reference_check_line(report_run(hand_run(tmp_path / "plain")).summary) is None  # no logreg row
     # under the reach-logreg rule the line names the budget; when the budget reached logreg on val and test still
     # shows the gap, more steps are not the suggestion
