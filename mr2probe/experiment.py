@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -476,27 +476,17 @@ def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
 def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device, data: TrainData,
                      test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], sizes: dict[str, Any],
                      feature_bytes: int, max_memory: int, t_start: float) -> dict[str, Any]:
+    """Train the seed stacks missing from RUN_DIR/parts/ (under torchrun each rank its share), then on rank 0 gather
+    every part and write the run folder. A folder that already holds this run's results is kept as it is."""
     features_hash, content_hash = file_sha256(cfg.features), content_sha256(cfg.features)
     streamed = isinstance(data.x, StreamedFeatures)
     stream = {"block_rows": data.x.block_rows, "piece_rows": data.x.piece_rows} if streamed else None
-    # the training rows of every episode first: a profile the data cannot supply fails before anything is written
-    y_train = data.y.cpu().numpy()
-    episodes: dict[int, dict[str, Any]] = {}
-    for e in range(cfg.profile.episodes):
-        rows = select_rows(y_train, cfg.profile, e, data.num_classes, fs.class_names)
-        episodes[e] = {"episode": e, "rows": rows, "draw_seed": draw_seed(cfg.profile.seed, e),
-                       "train_class_counts": np.bincount(y_train[rows], minlength=data.num_classes).tolist()}
+    episodes = _draw_episodes(cfg, data, fs.class_names)
     # the checkpoints rule: a --max-steps below the floor fails here, before anything is written
     checkpoints = {e: checkpoint_steps(len(ep["rows"]), cfg.train) for e, ep in episodes.items()} \
         if cfg.train.budget_rule == "checkpoints" else None
     out = Path(cfg.out)
-    try:
-        (out / "parts").mkdir(parents=True, exist_ok=True)
-        probe_file = out / f".write-test-{os.getpid()}"
-        probe_file.write_text("")
-        probe_file.unlink()
-    except OSError as e:
-        raise UserError(f"cannot write to output folder {out}: {e.strerror}; pass another --out") from None
+    _make_out_folder(out)
     notes: list[str] = []
 
     def log(msg: str) -> None:
@@ -508,7 +498,6 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         log(f"features ({feature_bytes / 2**20:.1f} MiB as float32) exceed --max-memory ({max_memory / 2**20:.1f} "
             f"MiB): streamed from the file in blocks of {stream['block_rows']} rows ({stream['piece_rows']}-row "
             "pieces); the data order differs from an in-memory run")
-
     reference = cfg.reference_method
     profile = {**cfg.profile.as_dict(), "describe": cfg.profile.describe()}
     given = cfg  # as given: results.json's config and the run's identity; cfg below carries the budget it gets
@@ -532,19 +521,103 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         if not budget_file.exists() and (done := _finished(out, identity)) is not None:
             log(FINISHED_BEFORE)
             return done
-        if rank == 0 and not budget_file.exists():
-            atomic_json(budget_file, calibrate_budget(episode_data(0), test, cfg, reference, replicates(cfg)[0][0],
-                                                      log, probe_cache))
-        barrier()
-        calibration = json.loads(budget_file.read_text())
+        calibration = _calibration(budget_file, episode_data, test, cfg, log, probe_cache)
         cfg = replace(cfg, train=replace(cfg.train, min_steps=calibration["min_steps"]))
-        last = calibration["trials"][-1]
-        log(f"budget rule reach-logreg: min_steps {calibration['min_steps']} for every method ({reference} "
-            f"{100 * last['reference_val']:.2f} vs {EXACT_PROBE} {100 * calibration['logreg_val']:.2f} on val"
-            + ("" if calibration["reached"] else f"; not within {EXACT_PROBE_TOLERANCE:g} point at --max-steps "
-               f"{calibration['max_steps']}") + ")")
-    # (config, seeds, name of its runs): the methods on cfg.seeds; the null control, the reference alone on
-    # disjoint seeds (its parts are keyed like any run of that one method, so they are shared with such runs)
+    jobs = _jobs(cfg, log)
+    stacks = _seed_stacks(jobs, out, features_hash, content_hash, stream, log)
+    if cfg.profile.kind != "full":
+        log(f"training profile {cfg.profile.describe()}: {len(episodes[0]['rows'])} of {len(data.y)} training "
+            f"rows per episode; val and test untouched")
+
+    barrier()  # under torchrun every rank lists the finished parts before any rank writes one
+    todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
+    if todo and (done := _finished(out, identity)) is not None:  # every rank reads the same files
+        log(FINISHED_BEFORE)
+        return done
+    _train_parts(todo[rank::world], cfg, episodes, episode_data, test, probe_cache, log)
+    barrier()
+    if rank != 0:
+        return {}  # rank 0 gathers the parts and writes the run folder
+
+    runs, preds, heads_state = _gather_parts(stacks, {st[4] for st in todo}, cfg.methods + [null_name(reference)],
+                                             log)
+    results = {
+        "mr2probe_version": __version__,
+        "class_names": fs.class_names,
+        "test_class_counts": np.bincount(test[1].cpu().numpy(), minlength=fs.num_classes).tolist(),
+        "reference": reference,
+        "null_control": {"method": jobs[1][2], "seeds": [sd for sd, _ in jobs[1][1]]} if len(jobs) > 1 else None,
+        "budget": _budget_record(cfg.train, len(episodes[0]["rows"]), checkpoints, calibration),
+        "profile": profile,
+        "train_class_counts": episodes[0]["train_class_counts"],
+        "episodes": [{k: v for k, v in ep.items() if k != "rows"} for ep in episodes.values()],
+        "head": cfg.train.probe.head, "adapter": cfg.train.probe.adapter,
+        "config": _config_record(given),
+        "provenance": _provenance(cfg.features, fs, sizes, device, max_memory, stream, world, t_start,
+                                  features_hash, content_hash),
+        "notes": notes,
+        "runs": runs,
+    }
+    if not todo and (kept := _finished(out, identity, results)) is not None:
+        console.print("[dim]every seed stack was already trained and the run folder holds these results: kept as it "
+                      "is[/dim]")
+        return kept
+    _write_run(out, cfg.train.probe, fs, test[1].cpu().numpy(), preds, heads_state, results)
+    return results
+
+
+# A seed stack of the run: (its config, part key, seed, episode, part .json, part .npz, name its runs take: None, or
+# the null control's name for the reference trained on the null seeds)
+_Stack = tuple[ExperimentConfig, str, int, int, Path, Path, str | None]
+
+
+def _draw_episodes(cfg: ExperimentConfig, data: TrainData, class_names: list[str]) -> dict[int, dict[str, Any]]:
+    """The training rows of every episode of the profile, with their draw seed and class counts. A profile the
+    data cannot supply fails here, before anything is written."""
+    y_train = data.y.cpu().numpy()
+    episodes: dict[int, dict[str, Any]] = {}
+    for e in range(cfg.profile.episodes):
+        rows = select_rows(y_train, cfg.profile, e, data.num_classes, class_names)
+        episodes[e] = {"episode": e, "rows": rows, "draw_seed": draw_seed(cfg.profile.seed, e),
+                       "train_class_counts": np.bincount(y_train[rows], minlength=data.num_classes).tolist()}
+    return episodes
+
+
+def _make_out_folder(out: Path) -> None:
+    """Create ``out/parts/`` and check that a file can be written there (a UserError if not)."""
+    try:
+        (out / "parts").mkdir(parents=True, exist_ok=True)
+        probe_file = out / f".write-test-{os.getpid()}"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to output folder {out}: {e.strerror}; pass another --out") from None
+
+
+def _calibration(budget_file: Path, episode_data: Callable[[int], TrainData],
+                 test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor], cfg: ExperimentConfig,
+                 log: Callable[[str], None], probe_cache: dict[Any, Any]) -> dict[str, Any]:
+    """The run folder's reach-logreg calibration (:func:`calibrate_budget` on the first replicate): made by rank 0
+    unless ``budget_file`` holds it already, then read by every rank."""
+    reference = cfg.reference_method
+    if rank_world()[0] == 0 and not budget_file.exists():
+        atomic_json(budget_file, calibrate_budget(episode_data(0), test, cfg, reference, replicates(cfg)[0][0],
+                                                  log, probe_cache))
+    barrier()
+    calibration = json.loads(budget_file.read_text())
+    last = calibration["trials"][-1]
+    log(f"budget rule reach-logreg: min_steps {calibration['min_steps']} for every method ({reference} "
+        f"{100 * last['reference_val']:.2f} vs {EXACT_PROBE} {100 * calibration['logreg_val']:.2f} on val"
+        + ("" if calibration["reached"] else f"; not within {EXACT_PROBE_TOLERANCE:g} point at --max-steps "
+           f"{calibration['max_steps']}") + ")")
+    return calibration
+
+
+def _jobs(cfg: ExperimentConfig, log) -> list[tuple[ExperimentConfig, list[tuple[int, int]], str | None]]:
+    """(config, (seed, episode) pairs, name of its runs): the methods on cfg.seeds; the null control, the reference
+    alone on disjoint seeds (its parts are keyed like any run of that one method, so they are shared with such
+    runs)."""
+    reference = cfg.reference_method
     reps = replicates(cfg)
     jobs = [(cfg, reps, None)]
     if cfg.null and reference in REFERENCE_PROBES:
@@ -553,57 +626,65 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         nulls = list(zip(null_seeds([s for s, _ in reps]), [e for _, e in reps]))
         alone = replace(cfg.train, method_params={m: p for m, p in cfg.train.method_params.items() if m == reference})
         jobs.append((replace(cfg, methods=[reference], train=alone), nulls, null_name(reference)))
-    episodic = cfg.profile.episodes > 1
-    stacks: list[tuple[ExperimentConfig, str, int, int, Path, Path, str | None]] = []
+    return jobs
+
+
+def _seed_stacks(jobs: list[tuple[ExperimentConfig, list[tuple[int, int]], str | None]], out: Path,
+                 features_hash: str, content_hash: str, stream: dict[str, int] | None, log) -> list[_Stack]:
+    """Every seed stack of the jobs with its part files in ``out/parts/`` (named by the seed, the episode when the
+    profile has several, and the part key); parts an older mr2probe keyed by the file hash are renamed to them."""
+    stacks: list[_Stack] = []
     for job_cfg, seeds, rename in jobs:
         key = _config_key(job_cfg, content_hash, stream)
+        episodic = job_cfg.profile.episodes > 1
         names = {seed: f"seed{seed}-ep{ep}-{key}" if episodic else f"seed{seed}-{key}" for seed, ep in seeds}
         parts = {seed: (out / "parts" / f"{names[seed]}.json", out / "parts" / f"{names[seed]}.npz")
                  for seed, _ in seeds}
         _adopt_legacy_parts(parts, out / "parts", _config_key(job_cfg, features_hash, stream), log)
         stacks += [(job_cfg, key, seed, ep, *parts[seed], rename) for seed, ep in seeds]
-    if cfg.profile.kind != "full":
-        log(f"training profile {cfg.profile.describe()}: {len(episodes[0]['rows'])} of {len(y_train)} training "
-            f"rows per episode; val and test untouched")
+    return stacks
 
-    barrier()  # under torchrun every rank lists the finished parts before any rank writes one
-    todo = [st for st in stacks if not (st[4].exists() and st[5].exists())]
-    if todo and (done := _finished(out, identity)) is not None:  # every rank reads the same files
-        log(FINISHED_BEFORE)
-        return done
-    mine = todo[rank::world]  # under torchrun each rank trains its share of the unfinished seed stacks
+
+def _train_parts(mine: list[_Stack], cfg: ExperimentConfig, episodes: dict[int, dict[str, Any]],
+                 episode_data: Callable[[int], TrainData], test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor],
+                 probe_cache: dict[Any, Any], log) -> None:
+    """Train the seed stacks ``mine`` under one progress bar (shown on rank 0), writing each one's part files."""
+    rank, world = rank_world()
     steps = {e: train_steps(len(episodes[e]["rows"]), cfg.train) for e in episodes}
     heads = len(expand_runs([m for m in cfg.methods if m not in REFERENCE_PROBES], [0], cfg.train))
-
-    def train_part(job_cfg: ExperimentConfig, key: str, seed: int, ep: int, part: Path, part_npz: Path,
-                   bar: Any) -> None:
-        """Train one seed stack and write its part files (runs + the notes logged while training, test
-        predictions, selected heads)."""
-        said: list[str] = []
-
-        def seed_log(msg: str) -> None:
-            said.append(msg)
-            log(msg)
-
-        seed_runs, seed_preds, seed_heads = train_seed(episode_data(ep), test, job_cfg, seed, seed_log, bar,
-                                                       probe_cache)
-        save_heads(part.with_suffix(".heads.safetensors"), seed_heads)
-        save_predictions(part_npz, seed_preds)
-        atomic_json(part, {"key": key, "runs": [{**r, "episode": ep} for r in seed_runs], "notes": said})
-
     with progress_bar(f"sweep: {len(cfg.methods)} methods, {heads} heads per seed; {len(mine)} seed stacks to train"
                       + (f" on rank {rank} of {world}" if world > 1 else ""),
                       total=sum(steps[st[3]] for st in mine), enabled=cfg.train.progress and rank == 0) as bar:
-        for job_cfg, key, seed, ep, part, part_npz, _ in mine:
-            train_part(job_cfg, key, seed, ep, part, part_npz, bar)
-    barrier()
-    if rank != 0:
-        return {}  # rank 0 gathers the parts and writes the run folder
-    fresh = {st[4] for st in todo}
+        for stack in mine:
+            _train_part(stack, episode_data(stack[3]), test, probe_cache, log, bar)
+
+
+def _train_part(stack: _Stack, data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, torch.Tensor],
+                probe_cache: dict[Any, Any], log, bar: Any) -> None:
+    """Train one seed stack and write its part files (runs + the notes logged while training, test predictions,
+    selected heads)."""
+    job_cfg, key, seed, ep, part, part_npz, _ = stack
+    said: list[str] = []
+
+    def seed_log(msg: str) -> None:
+        said.append(msg)
+        log(msg)
+
+    seed_runs, seed_preds, seed_heads = train_seed(data, test, job_cfg, seed, seed_log, bar, probe_cache)
+    save_heads(part.with_suffix(".heads.safetensors"), seed_heads)
+    save_predictions(part_npz, seed_preds)
+    atomic_json(part, {"key": key, "runs": [{**r, "episode": ep} for r in seed_runs], "notes": said})
+
+
+def _gather_parts(stacks: list[_Stack], fresh: set[Path], order: list[str], log
+                  ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[str, torch.Tensor]]:
+    """The runs (sorted by ``order`` of their methods, then seed), test predictions and heads of every seed stack,
+    read from its part files; the null control's under its own name. Logs which stacks were trained before (not
+    in ``fresh``) and the notes each part holds."""
     runs: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
     heads_state: dict[str, torch.Tensor] = {}
-    for job_cfg, key, seed, ep, part, part_npz, rename in stacks:
+    for _, _, seed, _, part, part_npz, rename in stacks:
         part_heads = part.with_suffix(".heads.safetensors")
         stored = json.loads(part.read_text())
         if part not in fresh:
@@ -621,54 +702,54 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
         runs += seed_runs
         preds.update(seed_preds)
         heads_state.update(seed_heads)
-    order = {m: i for i, m in enumerate(cfg.methods + [null_name(reference)])}
-    runs.sort(key=lambda r: (order[r["method"]], r["seed"]))
-    epochs, per_epoch = budget(len(episodes[0]["rows"]), cfg.train)
+    rank_of = {m: i for i, m in enumerate(order)}
+    runs.sort(key=lambda r: (rank_of[r["method"]], r["seed"]))
+    return runs, preds, heads_state
+
+
+def _budget_record(train: TrainConfig, n_rows: int, checkpoints: dict[int, list[int]] | None,
+                   calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """results.json's ``budget``: the steps every head trains on ``n_rows`` rows (an episode's) and the rule that
+    fixed them, with the rule's calibration or checkpoints and successive halving's rungs when there are any."""
+    epochs, per_epoch = budget(n_rows, train)
     if checkpoints:  # trained to the last checkpoint; each run's own step is its checkpoint_step
         epochs = checkpoints[0][-1] // per_epoch
-    search = search_schedule(len(episodes[0]["rows"]), cfg.train)  # successive halving's rungs (None: full)
-    results = {
-        "mr2probe_version": __version__,
-        "class_names": fs.class_names,
-        "test_class_counts": np.bincount(test[1].cpu().numpy(), minlength=fs.num_classes).tolist(),
-        "reference": reference,
-        "null_control": {"method": jobs[1][2], "seeds": [sd for sd, _ in jobs[1][1]]} if len(jobs) > 1 else None,
-        "budget": {"steps": epochs * per_epoch, "epochs": epochs, "steps_per_epoch": per_epoch,
-                   "min_steps": cfg.train.min_steps, "batch_size": cfg.train.batch_size,
-                   "rule": BUDGET_RULES[cfg.train.budget_rule],
-                   **({"calibration": calibration} if calibration else {}),
-                   **({"checkpoints": checkpoints[0], "floor_steps": checkpoints[0][0],
-                       "max_steps": cfg.train.max_steps} if checkpoints else {}),
-                   **({"search": search} if search else {})},
-        "profile": profile,
-        "train_class_counts": episodes[0]["train_class_counts"],
-        "episodes": [{k: v for k, v in ep.items() if k != "rows"} for ep in episodes.values()],
-        "head": cfg.train.probe.head, "adapter": cfg.train.probe.adapter,
-        "config": _config_record(given),
-        "provenance": {
-            "features": str(cfg.features), "features_sha256": features_hash,
-            "features_content_sha256": content_hash, "encoder": fs.encoder,
-            "dataset": fs.dataset, "feature_dim": fs.dim, "splits": sizes,
-            "feature_file_attrs": {k: v for k, v in fs.attrs.items() if k != "class_names"},
-            "torch": str(torch.__version__), "numpy": np.__version__, "mr2probe": __version__,
-            "python": platform.python_version(), "device": str(device),
-            "features_in_memory": not streamed, "max_memory_bytes": max_memory,
-            "stream_block_rows": stream["block_rows"] if stream else None,
-            "stream_piece_rows": stream["piece_rows"] if stream else None,
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "world_size": world,
-            "wall_time_s": round(time.time() - t_start, 2), "command": " ".join(sys.argv),
-        },
-        "notes": notes,
-        "runs": runs,
+    search = search_schedule(n_rows, train)  # successive halving's rungs (None: full)
+    return {"steps": epochs * per_epoch, "epochs": epochs, "steps_per_epoch": per_epoch,
+            "min_steps": train.min_steps, "batch_size": train.batch_size,
+            "rule": BUDGET_RULES[train.budget_rule],
+            **({"calibration": calibration} if calibration else {}),
+            **({"checkpoints": checkpoints[0], "floor_steps": checkpoints[0][0],
+                "max_steps": train.max_steps} if checkpoints else {}),
+            **({"search": search} if search else {})}
+
+
+def _provenance(features: Path, fs: FeatureSet, sizes: dict[str, Any], device: torch.device, max_memory: int,
+                stream: dict[str, int] | None, world: int, t_start: float, features_hash: str,
+                content_hash: str) -> dict[str, Any]:
+    """results.json's ``provenance``: the features, software, machine and command that made the run."""
+    return {
+        "features": str(features), "features_sha256": features_hash,
+        "features_content_sha256": content_hash, "encoder": fs.encoder,
+        "dataset": fs.dataset, "feature_dim": fs.dim, "splits": sizes,
+        "feature_file_attrs": {k: v for k, v in fs.attrs.items() if k != "class_names"},
+        "torch": str(torch.__version__), "numpy": np.__version__, "mr2probe": __version__,
+        "python": platform.python_version(), "device": str(device),
+        "features_in_memory": stream is None, "max_memory_bytes": max_memory,
+        "stream_block_rows": stream["block_rows"] if stream else None,
+        "stream_piece_rows": stream["piece_rows"] if stream else None,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "world_size": world,
+        "wall_time_s": round(time.time() - t_start, 2), "command": " ".join(sys.argv),
     }
-    if not todo and (kept := _finished(out, identity, results)) is not None:
-        console.print("[dim]every seed stack was already trained and the run folder holds these results: kept as it "
-                      "is[/dim]")
-        return kept
-    save_predictions(out / "predictions.npz", {LABELS: test[1].cpu().numpy(), **preds})
-    meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(cfg.train.probe)), "in_dim": str(fs.dim),
+
+
+def _write_run(out: Path, probe: ProbeConfig, fs: FeatureSet, test_labels: np.ndarray,
+               preds: dict[str, np.ndarray], heads_state: dict[str, torch.Tensor], results: dict[str, Any]) -> None:
+    """Write the run folder: predictions.npz (the test labels and every run's predictions), heads.safetensors
+    (every selected head, with what ``mr2probe predict`` needs to rebuild it) and, last, results.json."""
+    save_predictions(out / "predictions.npz", {LABELS: test_labels, **preds})
+    meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(probe)), "in_dim": str(fs.dim),
             "num_classes": str(fs.num_classes), "class_names": json.dumps(fs.class_names)}
     save_heads(out / "heads.safetensors", heads_state, meta)
     atomic_json(out / "results.json", results)
-    return results

@@ -298,21 +298,30 @@ class FeatureWriter:
         self.f = self._open_partial(attrs)
 
     def _open_partial(self, attrs: dict[str, Any]) -> h5py.File:
+        """The partial file to write into: a new one, or the one there when it was started with the same identity
+        attrs (a damaged one is started over)."""
         if not self.partial.exists():
             return self._create(attrs)
         try:
             f = h5py.File(self.partial, "a")
         except OSError as e:
-            _warn(f"{self.partial} is damaged ({str(e).splitlines()[0][:100]}); starting that extraction over")
-            self.partial.unlink()
-            return self._create(attrs)
+            return self._start_over(e, attrs)
         try:
             old = {k: _attr_str(f.attrs.get(k)) for k in self.IDENTITY}
         except (OSError, KeyError, RuntimeError) as e:
             f.close()
-            _warn(f"{self.partial} is damaged ({str(e).splitlines()[0][:100]}); starting that extraction over")
-            self.partial.unlink()
-            return self._create(attrs)
+            return self._start_over(e, attrs)
+        self._check_identity(f, old, attrs)
+        return f
+
+    def _start_over(self, error: Exception, attrs: dict[str, Any]) -> h5py.File:
+        """Warn that the partial file is damaged, delete it and create a new one."""
+        _warn(f"{self.partial} is damaged ({str(error).splitlines()[0][:100]}); starting that extraction over")
+        self.partial.unlink()
+        return self._create(attrs)
+
+    def _check_identity(self, f: h5py.File, old: dict[str, Any], attrs: dict[str, Any]) -> None:
+        """Close ``f`` and raise a UserError when its identity attrs ``old`` differ from those of ``attrs``."""
         new = {k: attrs.get(k) for k in self.IDENTITY}
         diff = [k for k in self.IDENTITY
                 if old[k] != new[k] and not (k in self.LEGACY_OPTIONAL and old[k] is None)]
@@ -321,7 +330,6 @@ class FeatureWriter:
             detail = "; ".join(f"{k}: {_short(old[k])} there, {_short(new[k])} now" for k in diff)
             raise UserError(f"{self.partial} is an unfinished extraction with other settings ({detail}); "
                             "rerun it with its settings to resume, or pass --overwrite to start over")
-        return f
 
     def _create(self, attrs: dict[str, Any]) -> h5py.File:
         """A new partial file with all its root attrs, made under a temporary name and renamed into place."""
@@ -356,20 +364,7 @@ class FeatureWriter:
         if split in self.f and not self._begun(split):
             del self.f[split]
         if split not in self.f:
-            g = self.f.create_group(split)
-            rows = min(self.chunk_rows, max(n, 1))
-            for key, shape, dtype in (("features", (n, self.dim), self.dtype), ("labels", (n,), np.int64),
-                                      ("index", (n,), np.int64)):
-                if n == 0:  # nothing to chunk (HDF5 refuses chunks larger than an empty shape)
-                    g.create_dataset(key, shape, dtype=dtype)
-                    continue
-                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-                dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # chunk index never changes after this
-                g.create_dataset(key, shape, dtype=dtype, chunks=(rows,) + shape[1:], fillvalue=0, dcpl=dcpl,
-                                 fletcher32=self.checksum)
-            g.attrs["complete"] = False
-            g.attrs["rows_written"] = 0
-            self.f.flush()
+            self._create_split(split, n)
             return 0
         have = self.f[split]["features"].shape
         if have[0] != n or have[1] != self.dim:
@@ -377,6 +372,27 @@ class FeatureWriter:
                             f"now {n} of dim {self.dim}; pass --overwrite to start over")
         self._recover(split)
         return self.rows_written(split)
+
+    def _create_split(self, split: str, n: int) -> None:
+        """The split's group with its datasets for ``n`` rows and its resume point at row 0, flushed."""
+        g = self.f.create_group(split)
+        rows = min(self.chunk_rows, max(n, 1))
+        for key, shape, dtype in (("features", (n, self.dim), self.dtype), ("labels", (n,), np.int64),
+                                  ("index", (n,), np.int64)):
+            self._create_dataset(g, key, shape, dtype, rows)
+        g.attrs["complete"] = False
+        g.attrs["rows_written"] = 0
+        self.f.flush()
+
+    def _create_dataset(self, g: h5py.Group, key: str, shape: tuple[int, ...], dtype: Any, rows: int) -> None:
+        """One dataset of a split: chunks of ``rows`` rows, every one allocated now, with the checksum if set."""
+        if shape[0] == 0:  # nothing to chunk (HDF5 refuses chunks larger than an empty shape)
+            g.create_dataset(key, shape, dtype=dtype)
+            return
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # chunk index never changes after this
+        g.create_dataset(key, shape, dtype=dtype, chunks=(rows,) + shape[1:], fillvalue=0, dcpl=dcpl,
+                         fletcher32=self.checksum)
 
     def _recover(self, split: str) -> None:
         """After a kill: chunks at or after the resume point that fail their checksum (a write torn by the
@@ -386,18 +402,7 @@ class FeatureWriter:
             return
         start = resume = self.rows_written(split)
         for key in self.SPLIT_DATASETS:
-            ds = g[key]
-            nfilters = ds.id.get_create_plist().get_nfilters()
-            if not nfilters or ds.chunks is None:
-                continue  # without a checksum a torn chunk still holds the old bytes before rows_written
-            rows, n = ds.chunks[0], ds.shape[0]
-            for c0 in range(start - start % rows, n, rows):
-                try:
-                    ds[c0:min(c0 + rows, n)]
-                except OSError:
-                    raw = int(np.prod(ds.chunks)) * ds.dtype.itemsize
-                    ds.id.write_direct_chunk((c0,) + (0,) * (ds.ndim - 1), bytes(raw), (1 << nfilters) - 1)
-                    resume = min(resume, c0)
+            resume = min(resume, _zero_torn_chunks(g[key], start))
         if resume < start:
             g.attrs["rows_written"] = resume
             self.recovered[split] = start - resume
@@ -417,6 +422,21 @@ class FeatureWriter:
     def write(self, split: str, start: int, features: np.ndarray, labels: np.ndarray, index: np.ndarray) -> None:
         """Write rows [start, start+len) and advance the resume point (flushed before it moves). Rows are
         appended: ``start`` must be the split's current ``rows_written``."""
+        self._check_rows(split, start, features, labels, index)
+        g, stop = self.f[split], start + len(labels)
+        if stop == start:
+            return
+        g["features"][start:stop] = features.astype(self.dtype, copy=False)
+        g["labels"][start:stop] = labels
+        g["index"][start:stop] = index
+        self.f.flush()
+        g.attrs["rows_written"] = stop
+        self.f.flush()
+
+    def _check_rows(self, split: str, start: int, features: np.ndarray, labels: np.ndarray,
+                    index: np.ndarray) -> None:
+        """Refuse rows :meth:`write` cannot take: not at the resume point, of mismatched shapes, past the split's
+        end (ValueError), or not finite (UserError)."""
         g, stop = self.f[split], start + len(labels)
         if start != self.rows_written(split):
             raise ValueError(f"split {split!r}: write at row {start}, but {self.rows_written(split)} rows are written")
@@ -427,14 +447,6 @@ class FeatureWriter:
             raise ValueError(f"split {split!r}: rows {start}..{stop} past its {g['features'].shape[0]} rows")
         if not np.isfinite(features).all():
             raise UserError(f"encoder produced NaN/Inf features in split {split!r} rows {start}..{stop}")
-        if stop == start:
-            return
-        g["features"][start:stop] = features.astype(self.dtype, copy=False)
-        g["labels"][start:stop] = labels
-        g["index"][start:stop] = index
-        self.f.flush()
-        g.attrs["rows_written"] = stop
-        self.f.flush()
 
     def end(self, split: str) -> None:
         g = self.f[split]
@@ -446,18 +458,10 @@ class FeatureWriter:
     def finalize(self) -> Path:
         """Close, sync and atomically rename ``.partial`` → final path."""
         self.f.close()
-        fd = os.open(self.partial, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(self.partial)
         os.replace(self.partial, self.path)
         try:
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            _fsync(self.path.parent)  # makes the rename durable
         except OSError:
             pass
         return self.path
@@ -465,6 +469,33 @@ class FeatureWriter:
     def close(self) -> None:
         if self.f.id.valid:
             self.f.close()
+
+
+def _zero_torn_chunks(ds: h5py.Dataset, start: int) -> int:
+    """Zero (written unfiltered) the chunks of ``ds`` from the one holding row ``start`` on that fail their
+    checksum; return the first row of the first of them, or ``start`` when none does (or ``ds`` has no checksum)."""
+    nfilters = ds.id.get_create_plist().get_nfilters()
+    if not nfilters or ds.chunks is None:
+        return start  # without a checksum a torn chunk still holds the old bytes before rows_written
+    resume = start
+    rows, n = ds.chunks[0], ds.shape[0]
+    for c0 in range(start - start % rows, n, rows):
+        try:
+            ds[c0:min(c0 + rows, n)]
+        except OSError:
+            raw = int(np.prod(ds.chunks)) * ds.dtype.itemsize
+            ds.id.write_direct_chunk((c0,) + (0,) * (ds.ndim - 1), bytes(raw), (1 << nfilters) - 1)
+            resume = min(resume, c0)
+    return resume
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a folder) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _short(v: Any) -> str:

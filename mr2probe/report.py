@@ -218,8 +218,8 @@ def reference_check_line(s: Summary) -> str | None:
         budget = f" (budget: {how})"
         if c["under_fit"]:
             return (f"Reference check: {c['probe']} (exact L2 logistic regression, C on val) is {c['gap']:+.2f} "
-                    f"points above {s.reference} on All{val}, more than the protocol's {c['tolerance']:g}: the reference "
-                    f"may be under-fit (a larger --max-steps or a wider grid){budget}")
+                    f"points above {s.reference} on All{val}, more than the protocol's {c['tolerance']:g}: the "
+                    f"reference may be under-fit (a larger --max-steps or a wider grid){budget}")
         return (f"Reference check: {s.reference} is within {c['tolerance']:g} point of {c['probe']} (exact L2 "
                 f"logistic regression, C on val) on All {within}{budget}" if c["gap"] >=
                 -c["tolerance"] else f"Reference check: {s.reference} is {-c['gap']:.2f} points above {c['probe']} "
