@@ -300,8 +300,7 @@ def _finished(out: Path, identity: str, results: dict[str, Any] | None = None) -
     predictions are there: the run is finished even when its parts/ and heads are gone (neither is kept in git,
     so a fresh clone of a committed run has none), and it is kept as it is instead of trained again. With
     ``results`` (every seed stack was found in parts/), only when it also holds those numbers (fields of
-    ``_AS_MADE`` aside) and its heads: re-running a finished command rewrites nothing, so the first run's
-    provenance is kept, and heads lost since are written again from the parts."""
+    ``_AS_MADE`` aside): re-running a finished command rewrites nothing, so the first run's provenance is kept."""
     try:
         old = json.loads((out / "results.json").read_text())
         prov = old["provenance"]
@@ -311,7 +310,7 @@ def _finished(out: Path, identity: str, results: dict[str, Any] | None = None) -
                                 stream)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    files = (out / "predictions.npz").exists() and (results is None or (out / "heads.safetensors").exists())
+    files = (out / "predictions.npz").exists()
     def numbers(r: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in json.loads(json.dumps(r, default=str)).items() if k not in _AS_MADE}
 
@@ -561,6 +560,8 @@ def _train_and_write(cfg: ExperimentConfig, fs: FeatureSet, device: torch.device
     if not todo and (kept := _finished(out, identity, results)) is not None:
         console.print("[dim]every seed stack was already trained and the run folder holds these results: kept as it "
                       "is[/dim]")
+        if not (out / "heads.safetensors").exists():  # lost since (git keeps none): written again from the parts
+            _save_run_heads(out, cfg.train.probe, fs, heads_state)
         return kept
     _write_run(out, cfg.train.probe, fs, test[1].cpu().numpy(), preds, heads_state, results)
     return results
@@ -749,7 +750,12 @@ def _write_run(out: Path, probe: ProbeConfig, fs: FeatureSet, test_labels: np.nd
     """Write the run folder: predictions.npz (the test labels and every run's predictions), heads.safetensors
     (every selected head, with what ``mr2probe predict`` needs to rebuild it) and, last, results.json."""
     save_predictions(out / "predictions.npz", {LABELS: test_labels, **preds})
+    _save_run_heads(out, probe, fs, heads_state)
+    atomic_json(out / "results.json", results)
+
+
+def _save_run_heads(out: Path, probe: ProbeConfig, fs: FeatureSet, heads_state: dict[str, torch.Tensor]) -> None:
+    """heads.safetensors: every selected head, with what ``mr2probe predict`` needs to rebuild it."""
     meta = {"format": HEADS_FORMAT, "probe": json.dumps(asdict(probe)), "in_dim": str(fs.dim),
             "num_classes": str(fs.num_classes), "class_names": json.dumps(fs.class_names)}
     save_heads(out / "heads.safetensors", heads_state, meta)
-    atomic_json(out / "results.json", results)

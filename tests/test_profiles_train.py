@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors import safe_open
 
 from conftest import run_cli, write_by_hand
 from mr2probe.bench import load_suite
@@ -102,6 +104,34 @@ def test_a_finished_run_without_its_parts_is_kept_not_retrained(tmp_path: Path, 
     third = run_cli(*[str(moved) if a == str(feats) else "1e-3" if a == "1e-2" else a for a in args])
     assert third.returncode == 0 and "this run is finished" not in " ".join(third.stderr.split())
     assert any((out / "parts").iterdir())
+
+
+def heads_of(out: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    with safe_open(out / "heads.safetensors", "np") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+
+
+def test_lost_heads_are_written_again_from_the_parts_and_a_committed_run_needs_none(tmp_path: Path,
+                                                                                   feats: Path) -> None:
+    """Heads are not kept in git: a folder without them (and without parts) is still finished; where the parts are
+    there, the same command writes the heads again and leaves results.json as it was."""
+    out = tmp_path / "done"
+    args = ["train", "--features", str(feats), "--out", str(out), "--seeds", "1", *FAST]
+    assert run_cli(*args).returncode == 0
+    results, heads = (out / "results.json").read_bytes(), heads_of(out)
+    (out / "heads.safetensors").unlink()
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    again_heads = heads_of(out)
+    assert again_heads[1] == heads[1] and sorted(again_heads[0]) == sorted(heads[0])  # metadata, tensor names
+    assert all(np.array_equal(again_heads[0][k], v) for k, v in heads[0].items())
+    assert (out / "results.json").read_bytes() == results
+    (out / "heads.safetensors").unlink()
+    for part in (out / "parts").iterdir():
+        part.unlink()
+    kept = run_cli(*args)
+    assert kept.returncode == 0 and "this run is finished" in " ".join(kept.stderr.split())
+    assert not (out / "heads.safetensors").exists() and (out / "results.json").read_bytes() == results
 
 
 @pytest.mark.parametrize("args, message", [
