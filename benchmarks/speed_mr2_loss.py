@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=3, help="alternate CE/MR2 timings this many times; take medians")
+    ap.add_argument("--repeats", type=int, default=5, help="alternate CE/MR2 timings this many times; take medians")
     args = ap.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, B={args.batch}, D={args.dim}")

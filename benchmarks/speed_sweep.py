@@ -9,7 +9,9 @@ Three ratios, each against a reference measured in the same run:
                     EfficientNet-Lite0 features, both reaching the test accuracy printed beside (target ≤ 0.2)
 Shapes: "fmnist" = 60000 × 1280, K = 10 (synthetic Gaussian classes of that shape); "imagenet" = N × 768,
 K = 1000 with a scaled-down N (default 4096) so it runs on a CPU.
-Usage: python benchmarks/speed_sweep.py [--shapes fmnist,imagenet] [--epochs 1] [--features FILE]
+Every timing is repeated (``--repeats``, 3), the sweep and its references interleaved in each repeat; the ratios
+are of the medians.
+Usage: python benchmarks/speed_sweep.py [--shapes fmnist,imagenet] [--epochs 1] [--repeats 3] [--features FILE]
 """
 from __future__ import annotations
 
@@ -72,27 +74,52 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
 def sweep_ratios(name: str, methods: list[str], seeds: list[int], epochs: int, batch: int,
-                 sequential: bool = True, wide: bool = False) -> None:
+                 sequential: bool = True, wide: bool = False, repeats: int = 3) -> None:
+    """Each timing ``repeats`` times, the candidate (the sweep) and its references interleaved in every repeat (the
+    machine may be shared: a load that comes and goes hits both alike); medians. Each sweep starts from fresh data,
+    so what it shares between seeds (the statistics of the frozen features) is computed once per sweep."""
     n, d, k = SHAPES[name]
-    data = synthetic(n, d, k)
     cfg = TrainConfig(epochs=epochs, batch_size=batch, min_steps=0, progress=False)
     specs = expand_runs(methods, seeds, cfg)
     by_seed = {s: [sp for sp in specs if sp.seed == s] for s in seeds}
-    t_sweep = timed(lambda: [train_stack(data, ss, cfg) for ss in by_seed.values()])
-    t_seq = timed(lambda: [train_stack(data, [sp], cfg) for sp in specs]) if sequential else float("nan")
-    if wide:  # the same stacks without head chunks (one [B, D] × [D, H·K] product per step, as on a GPU)
-        one = TrainConfig(**{**cfg.__dict__, "chunk_mib": 0})
-        t_wide = timed(lambda: [train_stack(data, ss, one) for ss in by_seed.values()])
-        print(f"[{name}] one wide stack {t_wide:.1f} s: sweep/one_wide_stack={t_sweep / t_wide:.3f}")
+    one = TrainConfig(**{**cfg.__dict__, "chunk_mib": 0})  # --wide: the stacks without head chunks (as on a GPU)
+    base = synthetic(n, d, k)
     steps = epochs * -(-n // batch)
-    size = chunk_size(cfg, k, data.x.device)
+    size = chunk_size(cfg, k, base.x.device)
     chunks = [[len(c) for c in (head_chunks(sorted(ss, key=lambda s: s.method), size) if size else [ss])]
               for ss in by_seed.values()]
-    t_gemm = sum(bare_gemms(data, c, steps, batch) for c in chunks)
+
+    def fresh() -> TrainData:  # the same features, nothing computed from them yet
+        return TrainData(base.x, base.y, base.val_x, base.val_y, base.num_classes)
+
+    def sweep(c: TrainConfig) -> float:
+        data = fresh()
+        return timed(lambda: [train_stack(data, ss, c) for ss in by_seed.values()])
+
+    t = {"sweep": [], "sequential": [], "wide": [], "gemm": []}
+    for _ in range(repeats):
+        t["sweep"].append(sweep(cfg))
+        if sequential:
+            data = fresh()
+            t["sequential"].append(timed(lambda: [train_stack(data, [sp], cfg) for sp in specs]))
+        if wide:
+            t["wide"].append(sweep(one))
+        t["gemm"].append(sum(bare_gemms(base, c, steps, batch) for c in chunks))
+    t_sweep, t_gemm = median(t["sweep"]), median(t["gemm"])
+    t_seq = median(t["sequential"]) if sequential else float("nan")
     print(f"[{name}] N={n} D={d} K={k}: {len(specs)} heads ({len(methods)} methods × grid × {len(seeds)} seeds), "
-          f"{epochs} epoch(s), {len(chunks[0])} head chunk(s) per seed: sweep {t_sweep:.1f} s, sequential "
-          f"{t_seq:.1f} s, bare GEMMs {t_gemm:.1f} s")
+          f"{epochs} epoch(s), {len(chunks[0])} head chunk(s) per seed; medians of {repeats} interleaved repeats: "
+          f"sweep {t_sweep:.1f} s, sequential {t_seq:.1f} s, bare GEMMs {t_gemm:.1f} s")
+    ratios = sorted(a / b for a, b in zip(t["sweep"], t["gemm"]))
+    print(f"[{name}] per-repeat sweep/gemm: {', '.join(f'{r:.2f}' for r in ratios)}")
+    if wide:
+        t_wide = median(t["wide"])
+        print(f"[{name}] one wide stack {t_wide:.1f} s: sweep/one_wide_stack={t_sweep / t_wide:.3f}")
     if sequential:
         print(f"[{name}] sweep/sequential={t_sweep / t_seq:.3f}")
     print(f"[{name}] sweep/gemm={t_sweep / t_gemm:.2f}")
@@ -137,6 +164,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--no-sequential", action="store_true", help="skip the one-by-one reference (slow)")
     ap.add_argument("--wide", action="store_true", help="also time each seed as one unchunked stack")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the sweep and its references; "
+                    "the ratios are of the medians")
     ap.add_argument("--features", type=Path, default=Path("features/fmnist-effl0.h5"))
     ap.add_argument("--ce-epochs", type=int, default=30, help="epochs of our CE probe (one head, no grid)")
     ap.add_argument("--ce-lr", type=float, default=1e-2, help="its learning rate (the grid value CE selects here)")
@@ -147,7 +176,7 @@ def main() -> None:
     for name in args.shapes.split(","):
         if name:
             sweep_ratios(name, methods, list(range(args.seeds)), args.epochs, args.batch, not args.no_sequential,
-                         args.wide)
+                         args.wide, args.repeats)
     if args.features.exists():
         ce_vs_sklearn(args.features, args.ce_epochs, args.ce_lr)
     else:

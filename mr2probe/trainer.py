@@ -198,6 +198,9 @@ class TrainData:
     val_x: torch.Tensor | StreamedFeatures
     val_y: torch.Tensor
     num_classes: int
+    # what depends on the frozen features alone (MR2's class statistics without an adapter): computed by the first
+    # stack trained on this data and reused by every later one (the other seeds, chunks and auxiliary stages)
+    shared: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def method_hparams(method: str, cfg: TrainConfig) -> list[dict[str, Any]]:
@@ -350,14 +353,13 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     size = chunk_size(cfg, data.num_classes, data.y.device, torch.empty(0, dtype=data.x.dtype).element_size())
     chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.search == "halving" and epochs is None)
     if len(chunks) == 1:
-        return _train_stack(data, specs, cfg, log, epochs, description, bar, {}, 1.0, select)
+        return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select)
     total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
     own = progress_bar(f"{description}: {len(specs)} heads in {len(chunks)} chunks", total=total,
                        enabled=cfg.progress and bar is None)
-    shared: dict[Any, Any] = {}
     with own if bar is None else contextlib.nullcontext(bar) as bar:
         # each chunk runs the seed's epochs again: the bar names the chunk so its epoch counter reads right
-        parts = [_train_stack(data, c, cfg, log, epochs, f"{description} · chunk {i + 1}/{len(chunks)}", bar, shared,
+        parts = [_train_stack(data, c, cfg, log, epochs, f"{description} · chunk {i + 1}/{len(chunks)}", bar,
                               len(c) / len(specs), select) for i, c in enumerate(chunks)]
     ckpt = parts[0].checkpoint_scores is not None
     halved = parts[0].stopped_at is not None
@@ -397,8 +399,7 @@ class _View:
 
 
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
-                 epochs: int | None, description: str, bar: Any, shared: dict[Any, Any], weight: float,
-                 select: str = "acc") -> TrainedStack:
+                 epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc") -> TrainedStack:
     """One stack: every head of ``specs`` (sorted by method, one seed) in one product per step; ``bar`` advances by
     ``weight`` per step (the stack's share of its seed's heads).
 
@@ -452,7 +453,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
         return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
                           probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
                           represent_train=represent_train, predict=predict, train_aux=train_aux, log=log,
-                          shared=shared, represent_input_train=represent_input_train,
+                          shared=data.shared, represent_input_train=represent_input_train,
                           represent_input=represent_input)
 
     methods: list[tuple[Method, _View]] = []

@@ -57,8 +57,9 @@ class FitContext:
     predict: Callable[[torch.Tensor], torch.Tensor]  # features [n, D] -> logits [h, n, K], no grad
     train_aux: Callable[[str, list[dict[str, Any]], int], torch.Tensor]  # (method, hparams, epochs) -> train logits
     log: Callable[[str], None]
-    shared: dict[Any, Any] = field(default_factory=dict)  # one per stack: results methods may share (e.g.
-    # class statistics of frozen features, the same for every MR2-family slice)
+    shared: dict[Any, Any] = field(default_factory=dict)  # one per training data (the trainer's
+    # ``TrainData.shared``): results that depend on the frozen features alone, shared by every stack on them (e.g.
+    # their class statistics, the same for every MR2-family slice and seed); key them by all they depend on
     # The representation before the head's own transform, g(x) (cosine head: before z/‖z‖; no adapter: the
     # features x). None where the context was built without a probe (then only ``represent_train`` is there).
     represent_input_train: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]] | None = None  # no-grad

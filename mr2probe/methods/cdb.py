@@ -125,7 +125,7 @@ class CDB(Method):
         self.weights = difficulty_weights(acc, measured, self.tau, self.hp("min_difficulty"))
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        w = self.weights[:, batch.y] * self.keep[:, batch.idx]
+        w = self.weights[:, batch.y] * self.keep.index_select(1, batch.idx)
         return (w * per_head_ce(batch.logits, batch.y)).mean(1)
 
     def info(self) -> list[dict[str, Any]]:

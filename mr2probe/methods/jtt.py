@@ -54,7 +54,8 @@ class JTT(Method):
         self.epochs1 = epochs
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        return (self.weights[:, batch.idx] * per_head_ce(batch.logits, batch.y)).mean(1) / self.mean_weight
+        w = self.weights.index_select(1, batch.idx)  # w_i [h, B] (a gather of columns, cheaper than [:, idx])
+        return (w * per_head_ce(batch.logits, batch.y)).mean(1) / self.mean_weight
 
     def info(self) -> list[dict[str, Any]]:
         n = len(self.ctx.y)

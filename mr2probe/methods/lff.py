@@ -70,11 +70,13 @@ class LfF(Method):
     def loss(self, batch: Batch) -> torch.Tensor:
         ce_b = per_head_ce(self.biased_logits(batch.rep), batch.y)
         ce_d = per_head_ce(batch.logits, batch.y)
-        with torch.no_grad():
-            a = self.hp("ema")[:, None] * self.seen[batch.idx].to(ce_b.dtype)  # [h, B]: 0 at a first visit
-            lb = a * self.ema_b[:, batch.idx] + (1 - a) * ce_b.detach()
-            ld = a * self.ema_d[:, batch.idx] + (1 - a) * ce_d.detach()
-            self.ema_b[:, batch.idx], self.ema_d[:, batch.idx] = lb, ld
-            self.seen[batch.idx] = True
+        with torch.no_grad():  # index_select / index_copy_: row gathers, far cheaper than x[:, idx] on [h, N]
+            idx = batch.idx  # positions in the training set: distinct within a batch
+            a = self.hp("ema")[:, None] * self.seen.index_select(0, idx).to(ce_b.dtype)  # [h, B]: 0 at a first visit
+            lb = a * self.ema_b.index_select(1, idx) + (1 - a) * ce_b.detach()
+            ld = a * self.ema_d.index_select(1, idx) + (1 - a) * ce_d.detach()
+            self.ema_b.index_copy_(1, idx, lb)
+            self.ema_d.index_copy_(1, idx, ld)
+            self.seen.index_fill_(0, idx, True)
             w = lb / (lb + ld).clamp_min(1e-12)
         return (w * ce_d).mean(1) + generalized_ce(ce_b, self.hp("q")).mean(1)

@@ -87,7 +87,8 @@ def _pair_logsumexp(z: torch.Tensor, y: torch.Tensor, tau: torch.Tensor) -> tupl
     same = (y[:, None] == y[None, :]) & ~torch.eye(b, dtype=torch.bool, device=y.device)
     i, j = same.nonzero(as_tuple=True)
     sq = z.pow(2).sum(-1)
-    dist = (sq[:, i] + sq[:, j] - 2 * (z[:, i] * z[:, j]).sum(-1)).clamp_min(0) / tau[:, None]  # [h, P]
+    zi, zj = z.index_select(1, i), z.index_select(1, j)  # row gathers (z[:, i] is several times slower on a CPU)
+    dist = (sq.index_select(1, i) + sq.index_select(1, j) - 2 * (zi * zj).sum(-1)).clamp_min(0) / tau[:, None]
     top = torch.full((h, b), float("-inf"), dtype=z.dtype, device=z.device)
     top = top.scatter_reduce(1, i.expand(h, -1), dist.detach(), "amax")  # per-anchor max, for stability
     total = z.new_zeros(h, b).index_add(1, i, torch.exp(dist - top[:, i]))
@@ -99,18 +100,19 @@ def _block_logsumexp(z: torch.Tensor, order: torch.Tensor, counts: torch.Tensor,
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same, from class blocks [h, C, m, d] (the sorted batch gathered into one padded row block per class;
     padding and the diagonal are masked out of each block's m×m distances)."""
-    b = z.shape[1]
+    b, dev = z.shape[1], z.device
     c, m = len(counts), int(counts.max())
-    block = torch.repeat_interleave(torch.arange(c, device=z.device), counts)  # class block of each sorted row
-    rank = torch.arange(b, device=z.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-    slot = torch.zeros(c, m, dtype=torch.long, device=z.device)  # padding slots read row 0, masked out below
-    slot[block, rank] = order
-    valid = torch.zeros(c, m, dtype=torch.bool, device=z.device)
-    valid[block, rank] = True
-    pair = valid[:, :, None] & valid[:, None, :] & ~torch.eye(m, dtype=torch.bool, device=z.device)
-    # where each batch row sits in the flattened blocks [C·m]: the backward gathers its rows from there
-    where = torch.empty(b, dtype=torch.long, device=z.device)
-    where[order] = block * m + rank
+    start = torch.cumsum(counts, 0) - counts  # first sorted row of each class
+    ar = torch.arange(m, device=dev)
+    # slot (c, r) of the flattened blocks [C·m] reads sorted row start_c + r; padding slots (r ≥ n_c) read any row
+    # (clamped into the batch): they are masked out of the forward and get zero weight in the backward
+    slot = order[(start[:, None] + ar).clamp_max(b - 1).flatten()]
+    valid = ar < counts[:, None]  # [C, m]
+    pair = valid[:, :, None] & valid[:, None, :] & (ar[:, None] != ar[None, :])
+    # where each batch row sits in the flattened blocks: the backward gathers its rows from there
+    block = torch.repeat_interleave(torch.arange(c, device=dev), counts, output_size=b)  # class of each sorted row
+    where = torch.empty(b, dtype=torch.long, device=dev)
+    where[order] = block * m + torch.arange(b, device=dev) - start[block]  # block·m + rank in the block
     lse = _BlockLSE.apply(z, slot, where, pair, tau)  # [h, C, m]
     anchor = pair.any(-1)  # [C, m]
     return lse[:, anchor], counts[:, None].expand(c, m)[anchor]
@@ -125,8 +127,11 @@ class _BlockLSE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor, slot: torch.Tensor, where: torch.Tensor, pair: torch.Tensor,
                 tau: torch.Tensor) -> torch.Tensor:
-        blocks = z[:, slot]  # [h, C, m, d]
-        sq = z.pow(2).sum(-1)[:, slot]  # [h, C, m], from the unpadded rows
+        h, d = z.shape[0], z.shape[2]
+        c, m = pair.shape[:2]
+        # index_select, not z[:, slot]: a row copy per slot (advanced indexing is several times slower on a CPU)
+        blocks = z.index_select(1, slot).view(h, c, m, d)
+        sq = z.pow(2).sum(-1).index_select(1, slot).view(h, c, m)  # from the unpadded rows
         raw = sq[..., :, None] + sq[..., None, :] - 2 * torch.matmul(blocks, blocks.transpose(-1, -2))
         keep = pair & (raw >= 0)  # clamp_min(0) passes no gradient below 0
         dist = (raw.clamp_min(0) / tau[:, None, None, None]).masked_fill(~pair, float("-inf"))
@@ -143,8 +148,8 @@ class _BlockLSE(torch.autograd.Function):
         w = ((g.masked_fill(~has, 0) / tau[:, None, None])[..., None] * soft).masked_fill(~keep, 0)
         w = w + w.transpose(-1, -2)
         h, c, m, d = blocks.shape
-        mixed = torch.matmul(w, blocks).reshape(h, c * m, d)[:, where]  # ((W + Wᵀ) z)_k per batch row [h, B, d]
-        return 2 * (w.sum(-1).reshape(h, c * m)[:, where, None] * z - mixed), None, None, None, None
+        mixed = torch.matmul(w, blocks).reshape(h, c * m, d).index_select(1, where)  # ((W + Wᵀ) z)_k per row [h, B, d]
+        return 2 * (w.sum(-1).reshape(h, c * m).index_select(1, where)[..., None] * z - mixed), None, None, None, None
 
 
 @METHODS.register("mr2", help="MR2: logit margins from class variability + representation margin (ICLR 2026); "
@@ -219,7 +224,8 @@ class MR2(Method):
             chunks = self.ctx.represent_input_train if space == "input" else self.ctx.represent_train
             for p in torch.unique(ps[in_space]).tolist():
                 if self.ctx.probe.adapter == "none":  # frozen representation: the same for every MR2-family slice
-                    key = ("mr2-stats", space, p)
+                    # and every stack on these features (``ctx.shared`` lives with them) with this head's transform
+                    key = ("mr2-stats", self.ctx.probe.head, space, p)
                     if key not in self.ctx.shared:
                         self.ctx.shared[key] = class_stats_chunked(chunks, self.ctx.num_classes, p)
                     st: ClassStats = self.ctx.shared[key]
