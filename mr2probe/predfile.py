@@ -41,10 +41,14 @@ def save_predictions(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     out = {"runs": np.array(runs, dtype=str), "predictions": compact_labels(matrix)}
     if LABELS in arrays:
         out[LABELS] = compact_labels(arrays[LABELS])
+    save_npz(path, out)
 
+
+def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """``numpy.savez_compressed`` of ``arrays`` to exactly ``path``, atomically."""
     def write(p: Path) -> None:
-        with open(p, "wb") as f:
-            np.savez_compressed(f, **out)
+        with open(p, "wb") as f:  # a file object: savez would append ".npz" to the temporary name
+            np.savez_compressed(f, **arrays)
 
     atomic_write(Path(path), write)
 

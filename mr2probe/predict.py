@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .atomic import atomic_text, atomic_write
+from .atomic import atomic_text
 from .errors import UserError
 from .experiment import HEADS_FORMAT, load_heads, predict_labels
 from .featurestore import read_features
 from .heads import ProbeConfig, ProbeStack
-from .predfile import load_predictions
+from .predfile import load_predictions, save_npz
 from .trainer import pick_device
 
 
@@ -93,11 +93,7 @@ def write_predictions(df: pd.DataFrame, out: str | Path) -> Path:
     elif out.suffix == ".npz":
         arrays = {"labels": df["label"].to_numpy(), "index": df["index"].to_numpy(),
                   **{c.replace("/", "__"): df[c].to_numpy(np.int32) for c in df.columns if c not in ("index", "label")}}
-        def write(p: Path) -> None:
-            with open(p, "wb") as f:  # a file object: savez would append ".npz" to the temporary name
-                np.savez_compressed(f, **arrays)
-
-        atomic_write(out, write)
+        save_npz(out, arrays)
     else:
         raise UserError(f"--out {out}: use a .csv or .npz file")
     return out

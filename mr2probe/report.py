@@ -209,8 +209,9 @@ def reference_check_line(s: Summary) -> str | None:
     c = s.reference_check
     if c is None:
         return None
-    val = "" if c.get("val_gap") is None else f" (on val {c['probe']} {c['val_gap']:+.2f})"  # what selection saw
-    within = f"({c['probe']} {c['gap']:+.2f}{'; on val ' + format(c['val_gap'], '+.2f') if val else ''})"
+    vg = c.get("val_gap")  # the same gap on val: what the budget and grids were chosen on
+    val = "" if vg is None else f" (on val {c['probe']} {vg:+.2f})"
+    within = f"({c['probe']} {c['gap']:+.2f}" + ("" if vg is None else f"; on val {vg:+.2f}") + ")"
     steps = "" if c.get("steps") is None else f"{c['steps']} steps"
     if c.get("checkpoints"):
         how = (f"checkpoints {', '.join(str(x) for x in c['checkpoints'])} steps chosen per method on val, "
