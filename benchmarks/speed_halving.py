@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from mr2probe.experiment import config_from_settings, run_experiment
+from mr2probe.jsonfile import grid_rows
 from mr2probe.methods import METHODS
 from mr2probe.metrics import class_groups
 from mr2probe.synthetic import materialize
@@ -37,7 +38,7 @@ TOL = 0.2  # points
 def head_steps(res: dict[str, Any]) -> int:
     """Σ over every run's grid entries of the steps its head trained."""
     steps = res["budget"]["steps"]
-    return sum(g.get("stopped_at", steps) for r in res["runs"] for g in r["grid"])
+    return sum(g.get("stopped_at", steps) for r in res["runs"] for g in grid_rows(r["grid"]))
 
 
 def delta_hard(res: dict[str, Any], hard: np.ndarray) -> dict[tuple[str, int], float]:

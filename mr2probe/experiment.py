@@ -30,9 +30,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from . import __version__
-from .atomic import atomic_text, atomic_write
+from .atomic import atomic_write
 from .errors import UserError
 from .distributed import barrier, rank_world
+from .jsonfile import atomic_json, grid_columns, grid_rows
 from .featurestore import FeatureSet, check_classes_covered, content_sha256, file_sha256, read_features
 from .heads import ProbeConfig, ProbeStack
 from .methods import METHODS
@@ -225,10 +226,6 @@ def save_heads(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str,
     atomic_write(path, write)
 
 
-def atomic_json(path: Path, obj: Any) -> None:
-    atomic_text(path, json.dumps(obj, indent=1, default=str) + "\n")
-
-
 LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of ``scales`` in every linear-head part key
 
 
@@ -311,8 +308,10 @@ def _finished(out: Path, identity: str, results: dict[str, Any] | None = None) -
     except (OSError, ValueError, KeyError, TypeError):
         return None
     files = (out / "predictions.npz").exists()
-    def numbers(r: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in json.loads(json.dumps(r, default=str)).items() if k not in _AS_MADE}
+    def numbers(r: dict[str, Any]) -> dict[str, Any]:  # grids in one layout: a file may hold them as rows
+        r = json.loads(json.dumps(r, default=str))
+        r["runs"] = [{**run, "grid": grid_columns(grid_rows(run.get("grid")))} for run in r.get("runs", [])]
+        return {k: v for k, v in r.items() if k not in _AS_MADE}
 
     same = results is None or numbers(old) == numbers(results)
     return old if made_by == identity and files and same else None
@@ -360,7 +359,7 @@ def reference_probe_run(name: str, data: TrainData, test: tuple[torch.Tensor | S
            "select": cfg.select, "test_acc": float((res.test_pred == yt).mean()),
            "per_class_acc": per_class_accuracy(res.test_pred, yt, data.num_classes).tolist(),
            "val_per_class_acc": per_class_accuracy(res.val_pred, yv, data.num_classes).tolist(),
-           "grid": [{"hparams": g["hparams"], "val_score": g["val_score"]} for g in res.grid],
+           "grid": grid_columns([{"hparams": g["hparams"], "val_score": g["val_score"]} for g in res.grid]),
            "stack_wall_time_s": round(float(res.info.get("wall_s", 0.0)), 2),
            "reference_probe": {k: v for k, v in res.info.items() if isinstance(v, (str, int, float, bool))}}
     return run, res.test_pred.astype(np.int16 if data.num_classes < 32000 else np.int32)
@@ -438,9 +437,10 @@ def train_seed(data: TrainData, test: tuple[torch.Tensor | StreamedFeatures, tor
                "test_acc": float((test_pred == yt).mean()),
                "per_class_acc": acc.tolist(),
                "val_per_class_acc": per_class_accuracy(val_pred, yv, data.num_classes).tolist(),
-               "grid": [{"hparams": trained.specs[i].params, "val_score": float(scores[i]),
-                         **({"checkpoint_step": trained.checkpoint_step[i]} if ckpt else {}),
-                         **({"stopped_at": trained.stopped_at[i]} if halved else {})} for i in heads],
+               "grid": grid_columns([{"hparams": trained.specs[i].params, "val_score": float(scores[i]),
+                                      **({"checkpoint_step": trained.checkpoint_step[i]} if ckpt else {}),
+                                      **({"stopped_at": trained.stopped_at[i]} if halved else {})}
+                                     for i in heads]),
                **({"checkpoint_step": trained.checkpoint_step[best],
                    "checkpoint_val_scores": [float(v) for v in trained.checkpoint_scores[:, best]]} if ckpt else {}),
                "stack_wall_time_s": round(wall, 2), **trained.info[best]}

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from .summary import Summary
 
-DPI = 120
+DPI = 100
+PNG_COLOURS = 128  # indexed PNG (see _save)
 GROUP_COLOURS = {"hard": "#f4cccc", "medium": "#fff2cc", "easy": "#d9ead3"}
 REFERENCE_STYLE = ("#262626", "*")  # near-black star, as at the origin of the trade-off plot
 NULL_STYLE = ("#8c8c8c", "X")  # grey: what "no effect" looks like
@@ -58,8 +59,16 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    """Write the PNG through a temporary name (:func:`~mr2probe.atomic.atomic_write`): never a half-written plot."""
-    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
+    """Write the PNG through a temporary name (:func:`~mr2probe.atomic.atomic_write`): never a half-written plot.
+
+    The figure is drawn at :data:`DPI` and stored as an indexed PNG of at most :data:`PNG_COLOURS` colours (median
+    cut, no dithering): flat fills, text and a colour map need no more, and the file is ~3× smaller than RGBA."""
+    from PIL import Image
+
+    fig.canvas.draw()
+    rgb = Image.fromarray(np.asarray(fig.canvas.buffer_rgba())[..., :3])
+    img = rgb.quantize(colors=PNG_COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    atomic_write(Path(path), lambda tmp: img.save(tmp, format="PNG", optimize=True))
     return path
 
 

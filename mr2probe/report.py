@@ -40,6 +40,7 @@ import pandas as pd
 from . import predfile
 from .atomic import atomic_text
 from .errors import UserError
+from .jsonfile import atomic_json
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
 from .inference import RULE, VERDICTS
 from .summary import (CI_NAMES, GRID_EDGE_RISE, Summary, best_of, cross_run, hard_set_stability, over_runs,
@@ -49,6 +50,7 @@ CI_COLUMNS = [f"{c} 95% CI" for c in CI_NAMES]  # the CI columns, one per Summar
 SHOWN_CI = [f"{c} 95% CI" for c in ("All", "Hard", "ΔHard", "ΔEasy", "ΔAll")]  # the CIs in the markdown table
 Q_COLUMN, VERDICT_COLUMN = "ΔHard q", "verdict"  # BH q of ΔHard over the table's methods; its verdict
 PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
+SUMMARY_DIGITS = 6  # summary.json holds derived statistics: six significant digits
 
 
 def load_results(run_dir: str | Path) -> dict[str, Any]:
@@ -404,7 +406,7 @@ def report_run(run_dir: str | Path, group_on: str = "val", plots: bool = False, 
     atomic_text(run_dir / "table.md", md)
     atomic_text(run_dir / "table.csv", to_csv(s))
     atomic_text(run_dir / "table.tex", to_latex(s))
-    atomic_text(run_dir / "summary.json", json.dumps(s.as_dict(), indent=1, default=str) + "\n")
+    atomic_json(run_dir / "summary.json", s.as_dict(), digits=SUMMARY_DIGITS)
     written, notes = [], []
     if plots:
         from .plots import write_plots

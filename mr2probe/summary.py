@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
+from .jsonfile import grid_rows
 from .inference import RULE, VERDICTS, Effect, two_stage, verdicts
 from .inference import label as verdict_label
 from .metrics import (COLUMNS, DELTA_COLUMNS, DELTA_OF, INSTRUMENT_COLUMNS, SIG_COLUMN, Bootstrap, Fold, Groups,
@@ -470,7 +471,7 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
     for method, runs in runs_by_method.items():
         hits: dict[tuple[Any, ...], list[float]] = {}
         for run in runs:
-            entries = run.get("grid") or []
+            entries = grid_rows(run.get("grid"))
             grid = [g["hparams"] for g in entries]
             score = {json.dumps(g["hparams"], sort_keys=True): g["val_score"] for g in entries}
             recorded = {k for h in grid for k in h}

@@ -17,6 +17,7 @@ import torch
 from conftest import run_cli
 from mr2probe.errors import UserError
 from mr2probe.experiment import ExperimentConfig, _config_key, _keyed_train, config_from_settings, run_experiment
+from mr2probe.jsonfile import grid_rows
 from mr2probe.optim import StackedAdamW, cosine_restarts
 from mr2probe.trainer import (TrainConfig, TrainData, checkpoint_steps, expand_runs, select_scores, train_stack,
                               train_steps)
@@ -169,8 +170,8 @@ def test_results_record_the_checkpoints_and_each_runs_choice(tmp_path: Path, lt_
         vals = r["checkpoint_val_scores"]
         assert len(vals) == 3 and r["checkpoint_step"] == budget["checkpoints"][int(np.argmax(vals))]
         assert r["val_score"] == max(vals)  # the restored head scores what its best checkpoint scored
-        assert all(g["checkpoint_step"] in budget["checkpoints"] for g in r["grid"])
-        assert r["val_score"] == max(g["val_score"] for g in r["grid"])
+        assert all(g["checkpoint_step"] in budget["checkpoints"] for g in grid_rows(r["grid"]))
+        assert r["val_score"] == max(g["val_score"] for g in grid_rows(r["grid"]))
     logreg = next(r for r in res["runs"] if r["method"] == "logreg")
     assert "checkpoint_step" not in logreg and "checkpoint_val_scores" not in logreg
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())

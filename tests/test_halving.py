@@ -15,6 +15,7 @@ from conftest import BUNDLED, write_by_hand
 from mr2probe.errors import UserError
 from mr2probe.experiment import _config_key, _keyed_train, config_from_settings, run_experiment
 from mr2probe.featurestore import content_sha256
+from mr2probe.jsonfile import grid_rows
 from mr2probe.metrics import null_name
 from mr2probe.optim import StackedAdamW
 from mr2probe.trainer import (TrainConfig, TrainData, expand_runs, halving_rungs, halving_survivors, head_chunks,
@@ -136,9 +137,9 @@ def test_results_json_records_the_schedule_and_where_each_head_stopped(tmp_path:
     assert res["budget"]["search"]["eta"] == 3 and res["config"]["train"]["search"] == "halving"
     assert {r["method"] for r in res["runs"]} == {"ce", "focal", null_name("ce")}  # the null control halves too
     for r in res["runs"]:
-        stops = sorted(g["stopped_at"] for g in r["grid"])
+        stops = sorted(g["stopped_at"] for g in grid_rows(r["grid"]))
         assert stops == [5] * 6 + [14] * 2 + [42]
-        chosen = [g for g in r["grid"] if g["hparams"] == r["hparams"]]
+        chosen = [g for g in grid_rows(r["grid"]) if g["hparams"] == r["hparams"]]
         assert len(chosen) == 1 and chosen[0]["stopped_at"] == 42  # chosen among the heads at the budget
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
     assert on_disk["budget"]["search"] == res["budget"]["search"]
@@ -155,7 +156,7 @@ def test_full_is_unchanged_part_key_and_fields(tmp_path: Path) -> None:
     feats = write_by_hand(tmp_path / "f.h5", k=4, d=8, n_train=448, n_test=80, val=True)
     res = run_experiment(_experiment(feats, tmp_path / "run", "full", null=False))
     assert "search" not in res["budget"] and "search" not in res["config"]["train"]
-    assert all("stopped_at" not in g for r in res["runs"] for g in r["grid"])
+    assert all("stopped_at" not in g for r in res["runs"] for g in grid_rows(r["grid"]))
 
 
 def test_halving_chooses_the_full_grids_head_when_it_is_best_early(tmp_path: Path) -> None:

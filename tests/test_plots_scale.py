@@ -63,9 +63,13 @@ def test_all_plots_at_scale(tmp_path: Path, k: int, monkeypatch: pytest.MonkeyPa
     texts: dict[str, str] = {}
     save = plots._save
 
+    drawn: dict[str, np.ndarray] = {}
+
     def capture(fig, path):  # every text the figure draws: titles, axis labels, tick labels, legends
         texts[Path(path).name] = "\n".join(t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text")))
-        return save(fig, path)
+        out = save(fig, path)
+        drawn[Path(path).name] = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)  # what was drawn
+        return out
 
     monkeypatch.setattr(plots, "_save", capture)
     written, notes = plots.write_plots(s, results, tmp_path)
@@ -78,6 +82,9 @@ def test_all_plots_at_scale(tmp_path: Path, k: int, monkeypatch: pytest.MonkeyPa
         with Image.open(png) as im:
             w, h = im.size
             assert 600 <= w <= 4000 and 400 <= h <= 4000, (name, im.size)
+            assert im.mode == "P" and len(im.getcolors()) <= plots.PNG_COLOURS  # indexed: a few colours
+            error = np.abs(np.asarray(im.convert("RGB"), dtype=int) - drawn[name])
+            assert error.mean() < 2.0, name  # of 255: the palette keeps the drawn colours (edges aside)
     for name in ("per_class.png", "groups.png", "tradeoff.png"):
         assert "ranked on val" in texts[name], name
         assert all(m in texts[name] for m in OTHERS), name  # every method is named (rows or legend)

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import md_rows, run_cli, write_by_hand
 
+from mr2probe.jsonfile import grid_rows
+
 FAST = ["--epochs", "1", "--min-steps", "10", "--batch-size", "64", "-q", "--lr", "1e-2", "--wd", "1e-4"]
 
 
@@ -23,7 +25,7 @@ def test_reference_probes_are_rows_of_the_table(tmp_path: Path) -> None:
     assert set(runs) == {("ce", 0), ("ce", 1), ("logreg", 0), ("logreg", 1), ("knn", 0), ("knn", 1),
                          ("ce (null)", 2), ("ce (null)", 3)}
     assert "C" in runs[("logreg", 0)]["hparams"] and "k" in runs[("knn", 0)]["hparams"]
-    assert len(runs[("logreg", 0)]["grid"]) > 1  # C chosen on val over a grid
+    assert len(grid_rows(runs[("logreg", 0)]["grid"])) > 1  # C chosen on val over a grid
     # no seed dependence: one fit serves every seed
     assert runs[("logreg", 0)]["per_class_acc"] == runs[("logreg", 1)]["per_class_acc"]
     assert runs[("knn", 0)]["test_acc"] > 0.5 and runs[("logreg", 0)]["test_acc"] > 0.5

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from conftest import run_cli
 from mr2probe.cli import app
 from mr2probe.metrics import COLUMNS, DELTA_COLUMNS
+from mr2probe.plots import DPI
 from conftest import md_rows
 from mr2probe.report import load_results, summarize, to_latex, to_markdown
 
@@ -107,7 +108,7 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
             png = d / name
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
             with Image.open(png) as im:
-                assert im.size[0] >= 400 and im.size[1] >= 300, (name, im.size)
+                assert im.size[0] >= 4 * DPI and im.size[1] >= 2.5 * DPI, (name, im.size)  # inches × DPI
     rows = list(csv.DictReader((tmp_path / "sum.csv").open()))
     per_run = [x for x in rows if x["scope"] == "run"]
     mean = {x["method"]: x for x in rows if x["scope"] == "mean"}
