@@ -10,8 +10,10 @@ Per case, both runs in this process (``run_experiment``, fresh folders, the defa
                            in the full run, the same classes for both), the share choosing the same grid point
 Cases: "bundled" = mr2probe/data/fmnist-effl0-small.h5 (2000 × 1280, K = 10; val: 10% of train), every method
 without an adapter, 3 seeds; "synthetic" = Gaussian classes (``synthetic:K=100,D=768,n=100,spread=ramp:1-3,sep=6``:
-10000 × 768 per split), five methods, 2 seeds, 10 epochs or ``--min-steps`` (default 200).
+10000 × 768 per split), five methods, 2 seeds, 10 epochs or ``--min-steps`` (default 200); and one case per
+``--features`` file × ``--heads`` head (every method without an adapter, ``--seeds`` seeds, the default budget).
 Usage: OMP_NUM_THREADS=1 python benchmarks/speed_halving.py [--cases bundled,synthetic] [--min-steps N]
+       [--features A.h5,B.h5 --heads linear,cosine --seeds 3]
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from mr2probe.synthetic import materialize
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "mr2probe" / "data" / "fmnist-effl0-small.h5"
 TOL = 0.2  # points
+FROZEN = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]  # every method without an adapter
 
 
 def head_steps(res: dict[str, Any]) -> int:
@@ -83,25 +86,33 @@ def case(name: str, feats: Path, methods: list[str], seeds: int, values: dict[st
         print(f"[{name}] |Δ ΔHard| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_dh.values()]):.3f} of "
               f"{len(d_dh)}; max |Δ| {max(abs(v) for v in d_dh.values()):.2f} pt")
     print(f"[{name}] same grid point chosen: {np.mean(same):.3f} of {len(same)}")
+    n_test, acc = sum(full["test_class_counts"]), np.mean([r["test_acc"] for r in full["runs"]])
+    print(f"[{name}] test images {n_test}: {TOL} pt is {TOL / 100 * n_test:.0f} images; binomial SE of one "
+          f"head's test acc {100 * np.sqrt(acc * (1 - acc) / n_test):.2f} pt")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="bundled,synthetic")
     ap.add_argument("--min-steps", type=int, default=None, help="budget floor (default: the setting's default)")
+    ap.add_argument("--features", default="", help="feature files, comma-separated: a case per file and head")
+    ap.add_argument("--heads", default="linear", help="heads of the --features cases, comma-separated")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds of the bundled and --features cases")
     args = ap.parse_args()
     steps = {} if args.min_steps is None else {"min_steps": args.min_steps}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name in args.cases.split(","):
+        for name in filter(None, args.cases.split(",")):
             if name == "bundled":
-                methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
-                case(name, BUNDLED, methods, 3, steps, work)
+                case(name, BUNDLED, FROZEN, args.seeds, steps, work)
             elif name == "synthetic":
                 feats = materialize("synthetic:K=100,D=768,n=100,spread=ramp:1-3,sep=6,seed=0", work)
                 case(name, feats, ["ce", "mr2", "focal", "logit_adjust", "class_balanced"], 2,
                      {"epochs": 10, "min_steps": 200, **steps}, work)
+        for feats in filter(None, args.features.split(",")):
+            for head in args.heads.split(","):
+                case(f"{Path(feats).stem}-{head}", Path(feats), FROZEN, args.seeds, {"head": head, **steps}, work)
 
 
 if __name__ == "__main__":
