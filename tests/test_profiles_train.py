@@ -12,6 +12,7 @@ from safetensors import safe_open
 from conftest import run_cli, write_by_hand
 from mr2probe.bench import load_suite
 from mr2probe.errors import UserError
+from mr2probe.jsonfile import grid_rows
 from mr2probe.profiles import class_order
 
 FAST = ["--epochs", "1", "--min-steps", "4", "--batch-size", "64", "-q", "--lr", "1e-2", "--wd", "1e-4",
@@ -126,6 +127,13 @@ def test_lost_heads_are_written_again_from_the_parts_and_a_committed_run_needs_n
     assert again_heads[1] == heads[1] and sorted(again_heads[0]) == sorted(heads[0])  # metadata, tensor names
     assert all(np.array_equal(again_heads[0][k], v) for k, v in heads[0].items())
     assert (out / "results.json").read_bytes() == results
+    rows = json.loads(results)  # the same run in the one-dict-per-point grid layout: still the same numbers
+    rows["runs"] = [{**r, "grid": grid_rows(r["grid"])} for r in rows["runs"]]
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    (out / "heads.safetensors").unlink()
+    assert run_cli(*args).returncode == 0 and (out / "heads.safetensors").exists()
+    assert json.loads((out / "results.json").read_text()) == rows  # kept as it is, not trained again
+    (out / "results.json").write_bytes(results)
     (out / "heads.safetensors").unlink()
     for part in (out / "parts").iterdir():
         part.unlink()
