@@ -6,6 +6,7 @@ Nothing is trained here: the suites are loaded and their resolved settings compa
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,18 @@ def test_every_comparison_is_committed_and_every_committed_one_is_in_the_suite(f
         assert all(f"`{run}`" in text for run in c.runs)  # the runs it compares, by name
     committed = {p.stem for p in (RESULTS / folder).glob("*.md")} - {"summary"}
     assert committed == {c.name for c in suite.compares}
+
+
+def test_the_tracked_study_is_light() -> None:
+    """What git tracks of results/: ≤ 40 MB in all, no file over 2 MB, no plot over 300 KB, no heads, parts,
+    report.html, table.tex or summary.json (outputs that the kept results.json / predictions.npz render again)."""
+    git = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True)
+    if git.returncode != 0 or not git.stdout:
+        pytest.skip("not a git checkout")
+    tracked = [ROOT / p for p in git.stdout.decode().split("\0") if p]
+    sizes = {p: p.stat().st_size for p in tracked if p.exists()}
+    assert sum(sizes.values()) <= 40_000_000
+    assert max(sizes.values()) <= 2_000_000
+    assert max(s for p, s in sizes.items() if p.suffix == ".png") <= 300_000
+    outputs = {"heads.safetensors", "report.html", "table.tex", "summary.json"}
+    assert not [p for p in tracked if p.name in outputs or "parts" in p.parts]
