@@ -5,9 +5,10 @@ Per case, both runs in this process (``run_experiment``, fresh folders, the defa
   halving/full head-steps  Σ over grid entries of the steps each head trained (full: T per head; halving: its
                            ``stopped_at``)
   agreement of the chosen heads, per (method, seed): the share with |Δ test acc| ≤ 0.2 point, the share with
-                           |Δ ΔHard| ≤ 0.2 point (ΔHard = mean test accuracy over the hard classes minus the
-                           reference's of the same seed, points; hard = bottom ⌊K/3⌋ of the reference's val accuracy
-                           in the full run, the same classes for both), the share choosing the same grid point
+                           |Δ ΔHard| ≤ 0.2 point and ≤ the null control's SD of ΔHard over seeds (ΔHard = mean
+                           test accuracy over the hard classes minus the reference's of the same seed, points; hard
+                           = bottom ⌊K/3⌋ of the reference's val accuracy in the full run, the same classes for
+                           both), the share choosing the same grid point
 Cases: "bundled" = mr2probe/data/fmnist-effl0-small.h5 (2000 × 1280, K = 10; val: 10% of train), every method
 without an adapter, 3 seeds; "synthetic" = Gaussian classes (``synthetic:K=100,D=768,n=100,spread=ramp:1-3,sep=6``:
 10000 × 768 per split), five methods, 2 seeds, 10 epochs or ``--min-steps`` (default 200); and one case per
@@ -52,6 +53,16 @@ def delta_hard(res: dict[str, Any], hard: np.ndarray) -> dict[tuple[str, int], f
             for r in res["runs"] if r["seed"] in ref and r["method"] != res["reference"]}
 
 
+def null_sd(res: dict[str, Any], hard: np.ndarray) -> float | None:
+    """SD over seeds of the null control's ΔHard (its i-th seed against the reference's i-th), points."""
+    null = res.get("null_control") or {}
+    hard_acc = {(r["method"], r["seed"]): 100 * np.asarray(r["per_class_acc"])[hard].mean() for r in res["runs"]}
+    ref = sorted(s for m, s in hard_acc if m == res["reference"])
+    nul = sorted(s for m, s in hard_acc if m == null.get("method"))
+    d = [hard_acc[null["method"], n] - hard_acc[res["reference"], r] for n, r in zip(nul, ref)]
+    return float(np.std(d, ddof=1)) if len(d) > 1 else None
+
+
 def case(name: str, feats: Path, methods: list[str], seeds: int, values: dict[str, Any], work: Path) -> None:
     out: dict[str, tuple[dict[str, Any], float]] = {}
     for search in ("full", "halving"):
@@ -85,6 +96,10 @@ def case(name: str, feats: Path, methods: list[str], seeds: int, values: dict[st
     if d_dh:
         print(f"[{name}] |Δ ΔHard| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_dh.values()]):.3f} of "
               f"{len(d_dh)}; max |Δ| {max(abs(v) for v in d_dh.values()):.2f} pt")
+        sd = null_sd(full, hard)
+        if sd is not None:
+            print(f"[{name}] |Δ ΔHard| ≤ the null control's SD of ΔHard ({sd:.2f} pt): "
+                  f"{np.mean([abs(v) <= sd for v in d_dh.values()]):.3f} of {len(d_dh)}")
     print(f"[{name}] same grid point chosen: {np.mean(same):.3f} of {len(same)}")
     n_test, acc = sum(full["test_class_counts"]), np.mean([r["test_acc"] for r in full["runs"]])
     print(f"[{name}] test images {n_test}: {TOL} pt is {TOL / 100 * n_test:.0f} images; binomial SE of one "
