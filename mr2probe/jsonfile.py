@@ -2,10 +2,9 @@
 
 :func:`json_text` opens the outer ``open_levels`` levels of objects and of arrays of them one item per line (a
 results.json has one line per field of a run) and writes everything deeper, and any array of plain values, on one
-line without spaces; ``digits`` rounds
-floats to that many significant digits (derived statistics, not the raw per-class accuracies). A run's grid of
-hyperparameter points is stored as columns (:func:`grid_columns`: each key once, not once per point);
-:func:`grid_rows` reads either layout back as one dict per point.
+line without spaces; ``digits`` rounds floats to that many significant digits (derived statistics, not the raw
+per-class accuracies). A run's grid of hyperparameter points is stored as columns (:func:`grid_columns`: each
+key once, not once per point); :func:`grid_rows` reads either layout back as one dict per point.
 """
 from __future__ import annotations
 
