@@ -63,10 +63,11 @@ def null_sd(res: dict[str, Any], hard: np.ndarray) -> float | None:
     return float(np.std(d, ddof=1)) if len(d) > 1 else None
 
 
-def case(name: str, feats: Path, methods: list[str], seeds: int, values: dict[str, Any], work: Path) -> None:
+def case(name: str, feats: Path, methods: list[str], seeds: int, values: dict[str, Any], work: Path,
+         head: str = "linear") -> None:
     out: dict[str, tuple[dict[str, Any], float]] = {}
     for search in ("full", "halving"):
-        cfg = config_from_settings(feats, work / f"{name}-{search}", methods, list(range(seeds)),
+        cfg = config_from_settings(feats, work / f"{name}-{search}", methods, list(range(seeds)), head=head,
                                    values={**values, "search": search, "device": "cpu"}, progress=False)
         t0 = time.perf_counter()
         res = run_experiment(cfg)
@@ -127,7 +128,7 @@ def main() -> None:
                      {"epochs": 10, "min_steps": 200, **steps}, work)
         for feats in filter(None, args.features.split(",")):
             for head in args.heads.split(","):
-                case(f"{Path(feats).stem}-{head}", Path(feats), FROZEN, args.seeds, {"head": head, **steps}, work)
+                case(f"{Path(feats).stem}-{head}", Path(feats), FROZEN, args.seeds, steps, work, head)
 
 
 if __name__ == "__main__":
