@@ -186,7 +186,11 @@ def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None
 
 
 def resolved(values: dict[str, Any]) -> dict[str, Any]:
-    """Every :data:`TRAIN` setting: the given value, else its default."""
+    """Every :data:`TRAIN` setting: the given value, else its default. A name that is no training setting (a head,
+    a report setting) is refused rather than dropped, so a caller cannot think it applied."""
+    unknown = sorted(set(values) - set(TRAIN))
+    if unknown:
+        raise ValueError(f"not training settings: {', '.join(unknown)} (head, adapter and profile are arguments)")
     return {name: values.get(name, s.default) for name, s in TRAIN.items()}
 
 

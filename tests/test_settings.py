@@ -97,3 +97,11 @@ def test_a_bounded_setting_is_refused_in_a_suite_table_with_one_line() -> None:
     assert check_table({"equivalence_margin": 0.5}, "suite [train]") == {"equivalence_margin": 0.5}
     with pytest.raises(UserError, match=r"suite \[train\]: equivalence_margin must be > 0, got -1"):
         check_table({"equivalence_margin": -1}, "suite [train]")
+
+
+def test_a_value_that_is_no_training_setting_is_refused_not_dropped(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not training settings: head"):
+        experiment.config_from_settings(tmp_path / "f.h5", tmp_path / "run", ["ce"], [0], values={"head": "cosine"})
+    cfg = experiment.config_from_settings(tmp_path / "f.h5", tmp_path / "run", ["ce"], [0], head="cosine",
+                                          values={"epochs": 3})
+    assert cfg.train.probe.head == "cosine" and cfg.train.epochs == 3
