@@ -137,8 +137,8 @@ def test_the_tracked_study_is_light() -> None:
     git = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True)
     if git.returncode != 0 or not git.stdout:
         pytest.skip("not a git checkout")
-    tracked = [ROOT / p for p in git.stdout.decode().split("\0") if p]
-    sizes = {p: p.stat().st_size for p in tracked if p.exists()}
+    tracked = [Path(p) for p in git.stdout.decode().split("\0") if p]  # relative to the repository root
+    sizes = {p: (ROOT / p).stat().st_size for p in tracked if (ROOT / p).exists()}
     assert sum(sizes.values()) <= 40_000_000
     assert max(sizes.values()) <= 2_000_000
     assert max(s for p, s in sizes.items() if p.suffix == ".png") <= 300_000
