@@ -129,10 +129,11 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
             choices=tuple(BUDGET_RULES)),
     Setting("max_steps", "int", 32000, "Ceiling in optimiser steps of the reach-logreg budget rule and of the "
             "checkpoints rule's last checkpoint."),
-    Setting("search", "str", "full", "Grid search: full (every grid point trained for the whole budget) or halving "
+    Setting("search", "str", "full", "Grid search: full (every grid point trained for the whole budget), halving "
             "(successive halving, η = 3: at 1/9 and 1/3 of the step budget each method keeps the best third of its "
-            "heads on val, the others stop; selection among the heads that reach the budget).",
-            choices=("full", "halving")),
+            "heads on val, the others stop; selection among the heads that reach the budget) or halving-restarts "
+            "(the same, with the cosine schedule restarted at each rung, so heads are ranked annealed).",
+            choices=("full", "halving", "halving-restarts")),
     Setting("batch_size", "int", 512, "Training batch size.", estimator=512),
     Setting("lr", "floats", (1e-3, 1e-2), "Learning-rate grid, selected on val.", estimator=None),
     Setting("wd", "floats", (1e-4, 1e-1), "AdamW (decoupled) weight-decay grid, selected on val.", estimator=None),

@@ -11,12 +11,14 @@ warm restarts end at the checkpoints F, 2F, 4F, … (F the floor budget, :func:`
 checkpoint every head is scored on val and keeps its best state so far, so selection on val picks each method's
 own budget along with its other hyperparameters.
 
-Under ``search="halving"`` (successive halving, η = 3, :func:`halving_rungs`) every grid point starts in the stack;
-at the rungs ⌈T/9⌉ and ⌈T/3⌉ of the stack's T steps each method's heads are ranked on val (the score of the grid
-selection) and only the best ⌈n/3⌉, then ⌈n/9⌉ of its n grid points go on: the others stop, frozen in their state
-at that step, and leave the stack — its parameters and optimiser state are compacted to the survivors, so every
-later step multiplies only their weights. Methods keep their own per-head state at full size: the trainer hands
-them the survivors' logits at their positions (zeros for stopped heads) and sums only the survivors' losses.
+Under ``search="halving"`` (successive halving, η = 3, :func:`halving_rungs`) every grid point starts in the stack; at
+the rungs ⌈T/9⌉ and ⌈T/3⌉ of the stack's T steps each method's heads are ranked on val (the score of the grid
+selection) and only the best ⌈n/3⌉, then ⌈n/9⌉ of its n grid points go on: the others stop, frozen in their state at
+that step, and leave the stack — its parameters and optimiser state are compacted to the survivors, so every later
+step multiplies only their weights. ``search="halving-restarts"`` also restarts the cosine schedule at each rung
+(cycles ending at the rungs and at T), so the heads are ranked annealed rather than mid-cycle. Methods keep their own
+per-head state at full size: the trainer hands them the survivors' logits at their positions (zeros for stopped heads)
+and sums only the survivors' losses.
 
 Features are tensors on the training device, or — when they do not fit the memory cap — a
 :class:`~mr2probe.source.StreamedFeatures` read from the feature file: the trainer only slices them
@@ -157,10 +159,10 @@ def halving_survivors(n: int, k: int, eta: int = HALVING_ETA) -> int:
 def search_schedule(n: int, cfg: TrainConfig) -> dict[str, Any] | None:
     """results.json's ``budget.search`` for ``n`` training rows under ``search="halving"``: the rung steps, η and the
     survivors per method after each rung; None under ``full``."""
-    if cfg.search != "halving":
+    if cfg.search == "full":
         return None
     steps = train_steps(n, cfg)
-    return {"rule": "halving", "eta": HALVING_ETA, "steps": steps,
+    return {"rule": cfg.search, "eta": HALVING_ETA, "steps": steps,
             "rungs": [{"step": r, "keep": f"ceil(n/{HALVING_ETA ** k})"} for r, k in halving_rungs(steps)],
             "select": "among the heads that reach the budget"}
 
@@ -351,7 +353,7 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
         raise ValueError("a stack trains runs of one seed")
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
     size = chunk_size(cfg, data.num_classes, data.y.device, torch.empty(0, dtype=data.x.dtype).element_size())
-    chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.search == "halving" and epochs is None)
+    chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.search != "full" and epochs is None)
     if len(chunks) == 1:
         return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select)
     total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
@@ -418,7 +420,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     epochs, steps_per_epoch = budget(n, cfg, epochs)
     train_epochs = checkpoints[-1] // steps_per_epoch if checkpoints else epochs
     total = train_epochs * steps_per_epoch
-    rungs = halving_rungs(total) if cfg.search == "halving" and main else []
+    rungs = halving_rungs(total) if cfg.search != "full" and main else []
     probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
                        [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
         device=data.x.device, dtype=data.x.dtype)
@@ -474,7 +476,9 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     wd = torch.tensor([s.params["weight_decay"] for s in specs], dtype=data.x.dtype, device=data.x.device)
     groups = [(list(probe.parameters()), lr, wd)]
     groups += [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in methods]
-    opt = StackedAdamW(groups, cycle_ends=checkpoints or [epochs * steps_per_epoch])
+    # halving-restarts: the schedule restarts at the rungs, so every head is ranked annealed (f ≈ 0)
+    restarts = [r for r, _ in rungs] if cfg.search == "halving-restarts" else []
+    opt = StackedAdamW(groups, cycle_ends=checkpoints or sorted(set(restarts)) + [epochs * steps_per_epoch])
     detach = torch.zeros(len(specs), dtype=torch.bool, device=data.x.device)
     for m, v in methods:
         detach[v.g] = type(m).detach_head_input

@@ -17,7 +17,7 @@ from mr2probe.experiment import _config_key, _keyed_train, config_from_settings,
 from mr2probe.featurestore import content_sha256
 from mr2probe.jsonfile import grid_rows
 from mr2probe.metrics import null_name
-from mr2probe.optim import StackedAdamW
+from mr2probe.optim import StackedAdamW, cosine_restarts
 from mr2probe.trainer import (TrainConfig, TrainData, expand_runs, halving_rungs, halving_survivors, head_chunks,
                               search_schedule, train_stack)
 
@@ -51,7 +51,8 @@ def test_the_rung_schedule() -> None:
                      "rungs": [{"step": 5, "keep": "ceil(n/3)"}, {"step": 14, "keep": "ceil(n/9)"}],
                      "select": "among the heads that reach the budget"}
     assert search_schedule(400, _cfg(search="full")) is None
-    with pytest.raises(UserError, match="--search must be one of full, halving"):
+    assert search_schedule(400, _cfg(search="halving-restarts"))["rule"] == "halving-restarts"
+    with pytest.raises(UserError, match="--search must be one of full, halving, halving-restarts"):
         _cfg(search="random").check()
 
 
@@ -105,6 +106,31 @@ def test_the_survivors_are_each_methods_best_on_val_at_the_rung_and_stopped_head
         ranked = sorted(heads, key=lambda i: (-float(acc[i]), i))
         assert sorted(ranked[:3]) == [i for i in heads if stop[i] > 5]
     assert all(s.method == h.method and s.hparams == h.hparams for s, h in zip(specs, half.specs))
+
+
+def test_halving_restarts_anneals_every_head_at_each_rung(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``halving-restarts``: cosine cycles end at the rungs 5, 14 and at T = 42, so the step before each rung runs at
+    f ≈ 0 (the heads are ranked annealed) and the next at f = 1; until the first rung the heads train as under
+    ``halving`` with a one-cycle schedule of 5 steps; the cuts are the same rule (a third, then a ninth)."""
+    ends: list[list[int]] = []
+    init = StackedAdamW.__init__
+
+    def recording(self: StackedAdamW, *a, **kw) -> None:
+        init(self, *a, **kw)
+        ends.append(list(self.cycle_ends))
+
+    monkeypatch.setattr(StackedAdamW, "__init__", recording)
+    data, specs = _gauss(), expand_runs(["ce"], [0], _cfg())
+    plain = train_stack(data, specs, _cfg())
+    restarted = train_stack(data, specs, _cfg(search="halving-restarts"))
+    assert ends == [[42], [5, 14, 42]]
+    assert [cosine_restarts(t, ends[1]) for t in (0, 5, 14)] == [1.0, 1.0, 1.0]
+    assert cosine_restarts(4, ends[1]) == pytest.approx(0.5 * (1 + np.cos(np.pi * 4 / 5)))
+    assert restarted.rungs == plain.rungs == [5, 14]
+    assert sorted(restarted.stopped_at) == sorted(plain.stopped_at) == [5] * 6 + [14] * 2 + [42]
+    # the checkpoints rule keeps its own cycles: the rungs fall inside them
+    train_stack(data, specs, _cfg(search="halving-restarts", budget_rule="checkpoints", max_steps=168))
+    assert ends[-1] == [42, 84, 168]
 
 
 def test_halving_composes_with_checkpoints() -> None:
