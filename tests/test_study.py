@@ -133,7 +133,8 @@ def test_every_comparison_is_committed_and_every_committed_one_is_in_the_suite(f
 
 def test_the_tracked_study_is_light() -> None:
     """What git tracks of results/: ≤ 40 MB in all, no file over 2 MB, no plot over 300 KB, no heads, parts,
-    report.html, table.tex or summary.json (outputs that the kept results.json / predictions.npz render again)."""
+    report.html, table.tex, summary.json or tradeoff.png (outputs that the kept results.json / predictions.npz /
+    table.csv render again)."""
     git = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True)
     if git.returncode != 0 or not git.stdout:
         pytest.skip("not a git checkout")
@@ -142,5 +143,5 @@ def test_the_tracked_study_is_light() -> None:
     assert sum(sizes.values()) <= 40_000_000
     assert max(sizes.values()) <= 2_000_000
     assert max(s for p, s in sizes.items() if p.suffix == ".png") <= 300_000
-    outputs = {"heads.safetensors", "report.html", "table.tex", "summary.json"}
+    outputs = {"heads.safetensors", "report.html", "table.tex", "summary.json", "tradeoff.png"}
     assert not [p for p in tracked if p.name in outputs or "parts" in p.parts]
