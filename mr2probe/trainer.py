@@ -157,8 +157,9 @@ def halving_survivors(n: int, k: int, eta: int = HALVING_ETA) -> int:
 
 
 def search_schedule(n: int, cfg: TrainConfig) -> dict[str, Any] | None:
-    """results.json's ``budget.search`` for ``n`` training rows under ``search="halving"``: the rung steps, η and the
-    survivors per method after each rung; None under ``full``."""
+    """results.json's ``budget.search`` for ``n`` training rows under a halving search (``halving``,
+    ``halving-restarts``, its ``rule``): the rung steps, η and the survivors per method after each rung; None under
+    ``full``."""
     if cfg.search == "full":
         return None
     steps = train_steps(n, cfg)
