@@ -78,15 +78,15 @@ def case(name: str, feats: Path, methods: list[str], seeds: int, values: dict[st
     print(f"[{name}] {feats.name}: {len(methods)} methods, {seeds} seeds (+ null control), T = "
           f"{full['budget']['steps']} steps")
     for search in searches:
-        compare(f"{name}] [{search}", full, t_full, *out[search])
+        compare(f"[{name}] [{search}]", full, t_full, *out[search])
 
 
-def compare(name: str, full: dict[str, Any], t_full: float, half: dict[str, Any], t_half: float) -> None:
-    """Print cost and agreement of one halving run against the full grid's."""
+def compare(tag: str, full: dict[str, Any], t_full: float, half: dict[str, Any], t_half: float) -> None:
+    """Print cost and agreement of one halving run against the full grid's, each line headed by ``tag``."""
     hs_full, hs_half = head_steps(full), head_steps(half)
-    print(f"[{name}] rungs {[r['step'] for r in half['budget']['search']['rungs']]}")
-    print(f"[{name}] wall time: full {t_full:.1f} s, halving {t_half:.1f} s: halving/full={t_half / t_full:.3f}")
-    print(f"[{name}] head-steps: full {hs_full}, halving {hs_half}: halving/full={hs_half / hs_full:.3f}")
+    print(f"{tag} rungs {[r['step'] for r in half['budget']['search']['rungs']]}")
+    print(f"{tag} wall time: full {t_full:.1f} s, halving {t_half:.1f} s: halving/full={t_half / t_full:.3f}")
+    print(f"{tag} head-steps: full {hs_full}, halving {hs_half}: halving/full={hs_half / hs_full:.3f}")
     runs_f = {(r["method"], r["seed"]): r for r in full["runs"]}
     runs_h = {(r["method"], r["seed"]): r for r in half["runs"]}
     ref_val = np.mean([r["val_per_class_acc"] for r in full["runs"] if r["method"] == full["reference"]], axis=0)
@@ -99,21 +99,21 @@ def compare(name: str, full: dict[str, Any], t_full: float, half: dict[str, Any]
         keys = [k for k in runs_f if k[0] == m]
         acc = " ".join(f"{100 * runs_f[k]['test_acc']:.2f}/{100 * runs_h[k]['test_acc']:.2f}" for k in keys)
         dh = " ".join(f"{dh_f[k]:+.2f}/{dh_h[k]:+.2f}" for k in keys if k in dh_f)
-        print(f"[{name}]   {m:18s} test acc full/halving per seed: {acc}" + (f"; ΔHard: {dh}" if dh else ""))
-    print(f"[{name}] |Δ test acc| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_acc.values()]):.3f} of "
+        print(f"{tag}   {m:18s} test acc full/halving per seed: {acc}" + (f"; ΔHard: {dh}" if dh else ""))
+    print(f"{tag} |Δ test acc| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_acc.values()]):.3f} of "
           f"{len(d_acc)} (method, seed); Δ test acc ≥ −{TOL} pt (halving not worse): "
           f"{np.mean([v >= -TOL for v in d_acc.values()]):.3f}; max |Δ| {max(abs(v) for v in d_acc.values()):.2f} "
           f"pt; mean Δ {np.mean(list(d_acc.values())):+.3f} pt")
     if d_dh:
-        print(f"[{name}] |Δ ΔHard| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_dh.values()]):.3f} of "
+        print(f"{tag} |Δ ΔHard| ≤ {TOL} pt: {np.mean([abs(v) <= TOL for v in d_dh.values()]):.3f} of "
               f"{len(d_dh)}; max |Δ| {max(abs(v) for v in d_dh.values()):.2f} pt")
         sd = null_sd(full, hard)
         if sd is not None:
-            print(f"[{name}] |Δ ΔHard| ≤ the null control's SD of ΔHard ({sd:.2f} pt): "
+            print(f"{tag} |Δ ΔHard| ≤ the null control's SD of ΔHard ({sd:.2f} pt): "
                   f"{np.mean([abs(v) <= sd for v in d_dh.values()]):.3f} of {len(d_dh)}")
-    print(f"[{name}] same grid point chosen: {np.mean(same):.3f} of {len(same)}")
+    print(f"{tag} same grid point chosen: {np.mean(same):.3f} of {len(same)}")
     n_test, acc = sum(full["test_class_counts"]), np.mean([r["test_acc"] for r in full["runs"]])
-    print(f"[{name}] test images {n_test}: {TOL} pt is {TOL / 100 * n_test:.0f} images; binomial SE of one "
+    print(f"{tag} test images {n_test}: {TOL} pt is {TOL / 100 * n_test:.0f} images; binomial SE of one "
           f"head's test acc {100 * np.sqrt(acc * (1 - acc) / n_test):.2f} pt")
 
 

@@ -79,6 +79,11 @@ class TrainConfig:
     # where they fit; :func:`head_chunks`); 0 = one stack. On a GPU one wide product is best.
     chunk_mib: float = 16.0
 
+    @property
+    def halving(self) -> bool:
+        """Whether the search is a successive halving (``halving`` or ``halving-restarts``), not the full grid."""
+        return self.search != "full"
+
     def check(self) -> None:
         self.probe.check()
         if self.epochs < 1:
@@ -160,7 +165,7 @@ def search_schedule(n: int, cfg: TrainConfig) -> dict[str, Any] | None:
     """results.json's ``budget.search`` for ``n`` training rows under a halving search (``halving``,
     ``halving-restarts``, its ``rule``): the rung steps, η and the survivors per method after each rung; None under
     ``full``."""
-    if cfg.search == "full":
+    if not cfg.halving:
         return None
     steps = train_steps(n, cfg)
     return {"rule": cfg.search, "eta": HALVING_ETA, "steps": steps,
@@ -354,7 +359,7 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
         raise ValueError("a stack trains runs of one seed")
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
     size = chunk_size(cfg, data.num_classes, data.y.device, torch.empty(0, dtype=data.x.dtype).element_size())
-    chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.search != "full" and epochs is None)
+    chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.halving and epochs is None)
     if len(chunks) == 1:
         return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select)
     total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
@@ -421,7 +426,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     epochs, steps_per_epoch = budget(n, cfg, epochs)
     train_epochs = checkpoints[-1] // steps_per_epoch if checkpoints else epochs
     total = train_epochs * steps_per_epoch
-    rungs = halving_rungs(total) if cfg.search != "full" and main else []
+    rungs = halving_rungs(total) if cfg.halving and main else []
     probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
                        [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
         device=data.x.device, dtype=data.x.dtype)

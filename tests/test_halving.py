@@ -110,8 +110,8 @@ def test_the_survivors_are_each_methods_best_on_val_at_the_rung_and_stopped_head
 
 def test_halving_restarts_anneals_every_head_at_each_rung(monkeypatch: pytest.MonkeyPatch) -> None:
     """``halving-restarts``: cosine cycles end at the rungs 5, 14 and at T = 42, so the step before each rung runs at
-    f ≈ 0 (the heads are ranked annealed) and the next at f = 1; until the first rung the heads train as under
-    ``halving`` with a one-cycle schedule of 5 steps; the cuts are the same rule (a third, then a ninth)."""
+    f ≈ 0 (the heads are ranked annealed) and the next at f = 1 (``halving``: one cycle of 42 steps); the cuts follow
+    the same rule (a third, then a ninth)."""
     ends: list[list[int]] = []
     init = StackedAdamW.__init__
 
