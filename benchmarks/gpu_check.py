@@ -7,9 +7,17 @@
     method without an adapter × its grid as one stack (one seed), a fixed number of steps, against the GPU's own
     GEMM rate measured in the same run with the sweep's product shapes ([B, D] × [D, H·K]) → ``sweep/gemm_rate``
     (the fraction of the bare products' FLOP rate the sweep reaches, counting its forward and weight-gradient products);
+    The same stack is then trained under ``search="halving"`` (rungs at T/9 and T/3, η = 3) → ``halving/full``
+    in wall time and in head-steps (Σ of each head's ``stopped_at`` against H·T);
 (c) the projected training time of the paper's grid (benchmarks/paper.toml: 7 datasets × 3 encoders × 2 heads ×
     3 seeds + the null control) from (b)'s seconds per step, scaled by each cell's B·D·H·K and its step budget
-    max(30 · ⌈N / 512⌉, 1000). Extraction is not included.
+    max(30 · ⌈N / 512⌉, 1000), under the full grid and under halving (× (b)'s halving/full wall time). Extraction
+    is not included;
+(d) one MR2 step against one CE step (benchmarks/speed_mr2_loss.py's step, linear adapter + linear head,
+    B = 512, D = 768) at K = 100 and 1000 on the same device → ``K=… mr2/ce``.
+(e) the bundled feature file (mr2probe/data/fmnist-effl0-small.h5) trained end to end on the device and on the CPU
+    (``run_experiment``, four methods, one seed, halving) → the largest |Δ test acc| between them, in points.
+Each part runs even when an earlier one fails (its error is printed); the exit status is then 1.
 
 Usage: ``python benchmarks/gpu_check.py [--smoke]`` (``--smoke``, or no CUDA device: tiny sizes, CPU, < 2 min).
 Every figure printed is measured by this run; the sizes used are printed with it.
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +131,10 @@ def sweep(args: argparse.Namespace, device: torch.device) -> float:
     warm = max(2 * b, k)
     train_stack(TrainData(x[:warm], y[:warm], data.val_x, data.val_y, k), specs, cfg)  # warm-up
     t_sweep = timed(lambda: train_stack(sub, specs, cfg), device)
+    cfg_h = TrainConfig(epochs=1, batch_size=b, min_steps=0, progress=False, device=str(device), search="halving")
+    halved: list = []
+    t_half = timed(lambda: halved.append(train_stack(sub, specs, cfg_h)), device)
+    head_steps = sum(halved[0].stopped_at)
     w = torch.randn(heads * k, d, device=device, dtype=x.dtype) * 0.01
 
     def gemms() -> None:
@@ -139,11 +152,16 @@ def sweep(args: argparse.Namespace, device: torch.device) -> float:
           f"({flops / t_sweep / 1e12:.2f} TFLOP/s on the two products), bare products {t_gemm:.2f} s "
           f"({flops / t_gemm / 1e12:.2f} TFLOP/s, the machine's rate at these shapes); {peak_memory(device)}")
     print(f"sweep/gemm_rate={t_gemm / t_sweep:.3f}")
-    return t_sweep / steps / (b * d * heads * k)
+    print(f"(b) the same stack under successive halving (rungs {halved[0].rungs}, η = 3): {t_half:.2f} s, "
+          f"{head_steps} head-steps of {heads * steps}")
+    print(f"halving/full wall={t_half / t_sweep:.3f}")
+    print(f"halving/full head-steps={head_steps / (heads * steps):.3f}")
+    return t_sweep / steps / (b * d * heads * k), t_half / t_sweep
 
 
-def projection(per_unit: float) -> None:
-    """(c): Σ over the paper's cells of budget steps × B·D·H·K × (b)'s seconds per unit."""
+def projection(per_unit: float, halving: float) -> None:
+    """(c): Σ over the paper's cells of budget steps × B·D·H·K × (b)'s seconds per unit; under halving × (b)'s
+    halving/full wall time."""
     methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
     total = 0.0
     for head in ("linear", "cosine"):
@@ -157,6 +175,42 @@ def projection(per_unit: float) -> None:
           f"control, budget max(30 epochs, 1000 steps), from (b)'s rate; extraction not included): "
           f"{total / 3600:.2f} h")
     print(f"paper_grid_hours={total / 3600:.3f}")
+    print(f"paper_grid_hours_halving={total * halving / 3600:.3f}")
+
+
+def mr2_step(device: torch.device) -> None:
+    """(d): benchmarks/speed_mr2_loss.py's MR2 and CE steps, alternated five times, medians."""
+    from speed_mr2_loss import time_steps
+
+    for k in (100, 1000):
+        x, y = torch.randn(512, 768, device=device), torch.randint(0, k, (512,), device=device)
+        ce, mr2 = [], []
+        for _ in range(5):
+            ce.append(time_steps("ce", x, y, k, 20))
+            mr2.append(time_steps("mr2", x, y, k, 20))
+        ce_t, mr2_t = sorted(ce)[2], sorted(mr2)[2]
+        print(f"(d) K={k}, B = 512, D = 768 on {device}: ce step {ce_t * 1e3:.2f} ms, mr2 step {mr2_t * 1e3:.2f} ms")
+        print(f"K={k} mr2/ce={mr2_t / ce_t:.2f}")
+
+
+def same_on_cpu(device: torch.device) -> None:
+    """(e): one experiment on the device and on the CPU; the chosen heads' test accuracies side by side."""
+    from mr2probe.experiment import config_from_settings, run_experiment
+
+    feats = Path(__file__).resolve().parent.parent / "mr2probe" / "data" / "fmnist-effl0-small.h5"
+    methods = ["ce", "mr2", "focal", "logit_adjust"]
+    acc = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for dev in dict.fromkeys((device.type, "cpu")):
+            cfg = config_from_settings(feats, Path(tmp) / dev, methods, [0], progress=False,
+                                       values={"search": "halving", "device": dev})
+            t0 = time.perf_counter()
+            res = run_experiment(cfg)
+            acc[dev] = {r["method"]: 100 * r["test_acc"] for r in res["runs"]}
+            print(f"(e) {feats.name} on {dev}: {time.perf_counter() - t0:.1f} s, test acc "
+                  + ", ".join(f"{m} {a:.2f}" for m, a in acc[dev].items()))
+    diff = max(abs(acc[device.type][m] - acc["cpu"][m]) for m in acc["cpu"])
+    print(f"device_vs_cpu_max_abs_delta_acc={diff:.3f}")
 
 
 def main() -> None:
@@ -176,10 +230,23 @@ def main() -> None:
         print(f"no GPU (or --smoke): the smoke version on the CPU, tiny sizes; torch {torch.__version__}, "
               f"{torch.get_num_threads()} threads — these figures do not describe a GPU")
     t0 = time.perf_counter()
-    extraction(args, device)
-    per_unit = sweep(args, device)
-    projection(per_unit)
-    print(f"gpu_check: done in {time.perf_counter() - t0:.0f} s ({'GPU' if gpu else 'CPU smoke'})")
+    failed = [name for name, part in (("extraction", lambda: extraction(args, device)),
+                                      ("sweep", lambda: projection(*sweep(args, device))),
+                                      ("mr2 step", lambda: mr2_step(device)),
+                                      ("device vs cpu", lambda: same_on_cpu(device))) if not run_part(name, part)]
+    print(f"gpu_check: done in {time.perf_counter() - t0:.0f} s ({'GPU' if gpu else 'CPU smoke'})"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    raise SystemExit(1 if failed else 0)
+
+
+def run_part(name: str, part) -> bool:
+    """Run one part; on an error print it and go on (one prepared run should report every part it can)."""
+    try:
+        part()
+        return True
+    except Exception:  # noqa: BLE001 — reported, and the exit status says so
+        print(f"gpu_check: part {name!r} failed:\n{traceback.format_exc()}", flush=True)
+        return False
 
 
 if __name__ == "__main__":

@@ -37,14 +37,16 @@ def make_method(name: str, x: torch.Tensor, y: torch.Tensor, k: int, probe: Prob
 
 
 def time_steps(name: str, x: torch.Tensor, y: torch.Tensor, k: int, steps: int) -> float:
-    """Mean seconds per training step on the batch (x, y); statistics come from a training set with every
-    class (4 samples each), as ``prepare`` would compute them."""
+    """Mean seconds per training step on the batch (x, y), on their device; statistics come from a training set
+    with every class (4 samples each), as ``prepare`` would compute them."""
+    dev = x.device
     cfg = ProbeConfig(head="linear", adapter="linear", width=x.shape[1])
-    probe = ProbeStack(cfg, x.shape[1], k, [0])
+    probe = ProbeStack(cfg, x.shape[1], k, [0]).to(dev)
     gen = torch.Generator().manual_seed(1)
-    train_y = torch.arange(4 * k) % k
-    method = make_method(name, torch.randn(4 * k, x.shape[1], generator=gen), train_y, k, probe, cfg)
-    opt = StackedAdamW([(list(probe.parameters()), torch.tensor([1e-3]), torch.tensor([1e-4]))], steps + 2)
+    train_y = (torch.arange(4 * k) % k).to(dev)
+    method = make_method(name, torch.randn(4 * k, x.shape[1], generator=gen).to(dev), train_y, k, probe, cfg)
+    opt = StackedAdamW([(list(probe.parameters()), torch.tensor([1e-3], device=dev),
+                         torch.tensor([1e-4], device=dev))], steps + 2)
     idx = torch.arange(len(y))
 
     def step() -> None:
@@ -56,9 +58,12 @@ def time_steps(name: str, x: torch.Tensor, y: torch.Tensor, k: int, steps: int) 
 
     for _ in range(2):  # warm-up
         step()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     return (time.perf_counter() - t0) / steps
 
 
