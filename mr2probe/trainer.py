@@ -141,6 +141,7 @@ def train_steps(n: int, cfg: TrainConfig) -> int:
     return epochs * per_epoch
 
 
+FINITE_EVERY = 64  # steps between host reads of "every loss so far was finite" (a read waits for the device)
 HALVING_ETA = 3  # successive halving: each rung keeps a third of every method's heads
 
 
@@ -496,6 +497,13 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     halving = _Halving(probe, opt, data, select, methods, info, rungs, total, keeper) if rungs else None
     step = 0
 
+    finite = torch.ones((), dtype=torch.bool, device=data.x.device)
+
+    def check_finite(epoch: int) -> None:
+        """Raise if any loss since the start was not finite (one host sync, not one per step)."""
+        if not bool(finite):
+            raise UserError(f"training diverged (a non-finite loss by epoch {epoch + 1}); lower --lr")
+
     def cut() -> None:
         """Successive halving's cut at this step: the stack and the per-head tensors of the step shrink."""
         nonlocal l2, detach, sizes
@@ -525,15 +533,18 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                            for (m, v), lg, r in zip(methods, parts, reps))
                 if l2 is not None:  # ½·l2_h·‖W_h‖² per head: the objective of L2 logistic regression, mean-CE form
                     loss = loss + 0.5 * (l2 * probe.head_W.pow(2).sum((1, 2))).sum()
-                if not torch.isfinite(loss):
-                    raise UserError(f"training diverged (loss {loss.item()}) at epoch {epoch}; lower --lr")
+                finite = finite & torch.isfinite(loss)  # read every FINITE_EVERY steps: no sync per step
+                if step % FINITE_EVERY == FINITE_EVERY - 1:
+                    check_finite(epoch)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
                 bar.advance(weight)
                 step += 1
                 if halving is not None and step % steps_per_epoch and halving.due(step):  # a rung inside an epoch
+                    check_finite(epoch)
                     cut()
+            check_finite(epoch)
             if keeper is not None and (epoch + 1) * steps_per_epoch in checkpoints:
                 keeper.checkpoint((epoch + 1) * steps_per_epoch)
             if halving is not None and halving.due(step):  # a rung at the epoch's end: after its checkpoint

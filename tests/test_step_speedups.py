@@ -1,14 +1,17 @@
 """The faster training step against plain references: MR2's same-class term in both layouts against a loop over
-anchors, the statistics of frozen features shared by every stack on one TrainData, LfF's per-sample EMA."""
+anchors, the per-head cross-entropy in both forms against F.cross_entropy, the statistics of frozen features
+shared by every stack on one TrainData, LfF's per-sample EMA."""
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 import mr2probe.methods.mr2 as mr2_module
 from mr2probe.heads import ProbeConfig
+from mr2probe.methods._base import LSE_MAX_CLASSES, per_head_ce
 from mr2probe.methods.mr2 import rep_margin_loss
 from mr2probe.trainer import TrainConfig, TrainData, expand_runs, train_stack
 
@@ -112,3 +115,22 @@ def test_lff_ema_follows_each_sample_over_its_visits() -> None:
     assert float(m.ema_d[0, 4]) == pytest.approx(a * math.log(3) + (1 - a) * float(ce[0]))
     assert float(m.ema_d[0, 0]) == pytest.approx(float(ce[1]))  # sample 0: its first visit
     assert float(m.ema_d[0, 1]) == pytest.approx(math.log(3))  # not in this batch: unchanged
+
+
+@pytest.mark.parametrize("k", [3, LSE_MAX_CLASSES, LSE_MAX_CLASSES + 1, 200])
+def test_per_head_ce_is_cross_entropy_per_head_in_both_forms(k: int) -> None:
+    """ℓ_hb = −log softmax(z_hb)_y_b for every head: values and gradients against F.cross_entropy head by head,
+    on both sides of the form switch, and on a hand case: z = (0, ln 3) with y = 1 gives −log ¾."""
+    g = torch.Generator().manual_seed(k)
+    z = (3 * torch.randn(4, 9, k, generator=g, dtype=torch.float64)).requires_grad_(True)
+    y = torch.randint(0, k, (9,), generator=g)
+    w = torch.randn(4, 9, generator=g, dtype=torch.float64)
+    got = per_head_ce(z, y)
+    want = torch.stack([torch.nn.functional.cross_entropy(z[h], y, reduction="none") for h in range(4)])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    (gz,) = torch.autograd.grad((w * got).sum(), z)
+    (wz,) = torch.autograd.grad((w * want).sum(), z)
+    torch.testing.assert_close(gz, wz, rtol=1e-12, atol=1e-12)
+    hand = torch.zeros(1, 1, k, dtype=torch.float64)
+    hand[0, 0, 1] = np.log(3.0)  # p_1 = 3 / (3 + (k − 1))
+    assert per_head_ce(hand, torch.tensor([1])).item() == pytest.approx(-np.log(3.0 / (k + 2)), rel=1e-12)

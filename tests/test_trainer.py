@@ -199,3 +199,21 @@ def test_finished_seeds_are_keyed_by_feature_content(tmp_path: Path) -> None:
     res_d, parts_d = run(first)
     assert f"seed0-{new_key}.json" in parts_d and f"seed0-{legacy}.json" not in parts_d
     assert any("older mr2probe" in n for n in res_d["notes"]) and res_d["runs"] == res_a["runs"]
+
+
+def test_diverged_training_is_one_user_error_read_without_a_sync_per_step() -> None:
+    """A learning rate that overflows the logits ends training with UserError; finiteness is read from the device
+    every FINITE_EVERY steps and at each epoch's end (here: at the end of the first epoch, before step 64)."""
+    import pytest
+
+    from mr2probe.errors import UserError
+    from mr2probe.trainer import FINITE_EVERY
+
+    d = _data()
+    data = TrainData(d.x.float(), d.y, d.val_x.float(), d.val_y, d.num_classes)  # float32: 1e38 overflows
+    cfg = TrainConfig(epochs=2, batch_size=16, lrs=(1e38,), weight_decays=(0.0,), min_steps=0, progress=False)
+    assert len(data.y) // cfg.batch_size < FINITE_EVERY
+    with pytest.raises(UserError, match=r"training diverged \(a non-finite loss by epoch 1\); lower --lr"):
+        train_stack(data, expand_runs(["ce"], [0], cfg), cfg)
+    ok = TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(0.0,), min_steps=0, progress=False)
+    assert np.isfinite(train_stack(data, expand_runs(["ce"], [0], ok), ok).probe.head_W.detach().numpy()).all()
