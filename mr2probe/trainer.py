@@ -383,12 +383,19 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
 class _View:
     """Where a method's ``h`` heads are while a stack trains: ``g`` their slice of the stack as built (fixed), ``sl``
     their slice of it now (heads leave it under successive halving, :class:`_Halving`), ``local`` the positions of
-    the heads still in it among the method's own h (None: all of them, in order)."""
+    the heads still in it among the method's own h (None: all of them, in order). ``rows``: which of the heads
+    built in ``g`` the method instance's h heads are (in order; None: all of them): a method rebuilt for the
+    survivors of a cut (:meth:`~mr2probe.methods.Method.stateless`) holds only those."""
 
     g: slice
     h: int
     sl: slice
     local: torch.Tensor | None = None
+    rows: list[int] | None = None
+
+    def positions(self) -> list[int]:
+        """The stack-as-built positions of the method instance's h heads (the rows of its ``info()``)."""
+        return [self.g.start + j for j in (self.rows if self.rows is not None else range(self.h))]
 
     def full(self, t: torch.Tensor) -> torch.Tensor:
         """Per-head rows of the live heads [h', …] as the method's h rows: zeros at stopped heads (``index_copy``,
@@ -432,7 +439,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                        [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
         device=data.x.device, dtype=data.x.dtype)
 
-    def make_ctx(v: _View) -> FitContext:
+    def make_ctx(v: _View, quiet: bool = False) -> FitContext:
         def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             c = chunk_rows(data.x)
             with torch.no_grad():
@@ -461,7 +468,8 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
 
         return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
                           probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
-                          represent_train=represent_train, predict=predict, train_aux=train_aux, log=log,
+                          represent_train=represent_train, predict=predict, train_aux=train_aux,
+                          log=(lambda msg: None) if quiet else log,
                           shared=data.shared, represent_input_train=represent_input_train,
                           represent_input=represent_input)
 
@@ -494,8 +502,18 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     gen = torch.Generator(device="cpu").manual_seed(seed)
     info: list[dict[str, Any]] = [{} for _ in specs]
     keeper = _BestState(probe, data, select, methods, info) if checkpoints else None
-    halving = _Halving(probe, opt, data, select, methods, info, rungs, total, keeper) if rungs else None
-    step = 0
+    step, epoch = 0, 0
+
+    def rebuild(m: Method, hparams: list[dict[str, Any]], v: _View) -> Method:
+        """A stateless method built again for the heads ``hparams`` (its view already re-pointed to them):
+        prepared and brought to the current epoch, it computes their loss as ``m`` did."""
+        fresh = type(m)(hparams, make_ctx(v, quiet=True))
+        fresh.name = m.name
+        fresh.prepare()
+        fresh.on_epoch_start(epoch)
+        return fresh
+
+    halving = _Halving(probe, opt, data, select, methods, info, rungs, total, keeper, rebuild) if rungs else None
 
     finite = torch.ones((), dtype=torch.bool, device=data.x.device)
 
@@ -600,9 +618,8 @@ class _BestState:
                 self.state[k].index_copy_(0, self.alive, torch.where(live, v.detach(), kept))
         flags = better.tolist()
         for m, view in self.methods:  # method info (margins, class weights, …) as it was at each head's best checkpoint
-            g = view.g
-            if any(flags[g]):
-                for i, extra in zip(range(g.start, g.stop), m.info()):
+            if any(flags[view.g]):
+                for i, extra in zip(view.positions(), m.info()):
                     self.info[i] = extra if flags[i] else self.info[i]
 
     def restore(self, specs: list[RunSpec], checkpoints: list[int]) -> TrainedStack:
@@ -632,8 +649,10 @@ class _Halving:
 
     def __init__(self, probe: ProbeStack, opt: StackedAdamW, data: TrainData, select: str,
                  methods: list[tuple[Method, _View]], info: list[dict[str, Any]], rungs: list[tuple[int, int]],
-                 total: int, keeper: _BestState | None) -> None:
+                 total: int, keeper: _BestState | None,
+                 rebuild: Callable[[Method, list[dict[str, Any]], _View], Method]) -> None:
         self.probe, self.opt, self.data, self.select, self.methods, self.info = probe, opt, data, select, methods, info
+        self.rebuild = rebuild  # (method, the survivors' hyperparameters, its view) → the method for them alone
         self.rungs, self.total, self.keeper = rungs, total, keeper
         h = probe.num_heads
         self.device = next(iter(probe.state_dict().values())).device
@@ -675,12 +694,11 @@ class _Halving:
                           for k, v in state.items()}
         for k, v in state.items():  # stopped heads: frozen as they are now
             self.final[k].index_copy_(0, gone, v.index_select(0, dropped))
+        gone_set = set(gone_np.tolist())
         for m, view in self.methods:  # and their method info (JSON per head) from now
-            mine = gone_np[(gone_np >= view.g.start) & (gone_np < view.g.stop)]
-            if len(mine):
-                extra = m.info()
-                for i in mine.tolist():
-                    self.info[i] = extra[i - view.g.start]
+            if gone_set.intersection(view.positions()):
+                for i, extra in zip(view.positions(), m.info()):
+                    self.info[i] = extra if i in gone_set else self.info[i]
         old = list(self.probe.parameters())
         for name, t in list(self.probe.named_parameters()):  # new leaves: autograd keeps a leaf's shape
             self.probe.register_parameter(name, torch.nn.Parameter(t.detach().index_select(0, kept), t.requires_grad))
@@ -692,10 +710,18 @@ class _Halving:
         self.method = self.method[keep]
         alive_np = self.alive.cpu().numpy()
         ends = np.cumsum(np.bincount(self.method, minlength=len(self.methods)))
-        for (m, view), end, count in zip(self.methods, ends, np.bincount(self.method, minlength=len(self.methods))):
+        for i, ((m, view), end, count) in enumerate(zip(self.methods, ends,
+                                                        np.bincount(self.method, minlength=len(self.methods)))):
             view.sl = slice(int(end - count), int(end))
-            local = alive_np[view.sl] - view.g.start
-            view.local = None if len(local) == view.h else torch.as_tensor(local, device=self.device)
+            own = view.rows if view.rows is not None else list(range(view.h))
+            local = [own.index(j) for j in (alive_np[view.sl] - view.g.start).tolist()]  # among the instance's h
+            if len(local) == view.h:
+                continue
+            if m.stateless():  # a method for the survivors alone: its loss no longer pays for the stopped heads
+                view.rows, view.h, view.local = [own[j] for j in local], len(local), None
+                self.methods[i] = (self.rebuild(m, [m.hparams[j] for j in local], view), view)
+                continue
+            view.local = torch.as_tensor(local, device=self.device)
             stopped = torch.ones(view.h, dtype=torch.bool)
             stopped[torch.as_tensor(local)] = False
             self.opt.freeze_heads(m.extra_parameters(), stopped)
@@ -709,10 +735,10 @@ class _Halving:
         at their rung; ``stopped_at`` per head, and no checkpoint (None) for a stopped head."""
         alive_np = self.alive.cpu().numpy()
         if self.keeper is None:
+            alive_set = set(alive_np.tolist())
             for m, view in self.methods:  # survivors' method info from the end
-                extra = m.info()
-                for i in alive_np[view.sl].tolist():
-                    self.info[i] = extra[i - view.g.start]
+                for i, extra in zip(view.positions(), m.info()):
+                    self.info[i] = extra if i in alive_set else self.info[i]
         if not self.compacted:
             trained = self.keeper.restore(specs, checkpoints) if self.keeper is not None else \
                 TrainedStack(specs=specs, probe=self.probe, info=self.info)

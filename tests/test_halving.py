@@ -195,3 +195,38 @@ def test_halving_chooses_the_full_grids_head_when_it_is_best_early(tmp_path: Pat
         assert (a["method"], a["seed"]) == (b["method"], b["seed"])
         assert a["hparams"]["lr"] == 3e-2 and a["hparams"] == b["hparams"]
         assert b["test_acc"] == pytest.approx(a["test_acc"], abs=0.02)
+
+
+@pytest.mark.parametrize("rule", ["floor", "checkpoints"])
+def test_stateless_methods_rebuilt_for_the_survivors_train_them_as_the_padded_stack_does(
+        rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a cut, a stateless method (ce, mr2, LDAM with its deferred re-weighting, class-balanced) is rebuilt for its
+    survivors, so its loss no longer computes the stopped heads; a stateful one (Group DRO) keeps every head, the
+    stopped ones as zeros. Every head ends with the same parameters, the same method info and the same stop as when
+    no method is rebuilt."""
+    from mr2probe.methods import Method
+
+    d = _gauss()
+    data = TrainData(d.x.double(), d.y, d.val_x.double(), d.val_y, d.num_classes)
+    extra = dict(budget_rule="checkpoints", max_steps=84) if rule == "checkpoints" else {}
+    cfg = _cfg(method_params={"ldam": {"drw_frac": 0.5}}, **extra)
+    specs = expand_runs(["ce", "mr2", "ldam", "class_balanced", "group_dro"], [0], cfg)
+    built: list[tuple[str, int]] = []
+    init = Method.__init__
+
+    def counting(self: Method, hparams, ctx) -> None:
+        init(self, hparams, ctx)
+        built.append((type(self).__name__, len(hparams)))
+
+    monkeypatch.setattr(Method, "__init__", counting)
+    rebuilt = train_stack(data, specs, cfg)
+    # built once each (9 or 18 grid points), then again for ⌈n/3⌉ and ⌈n/9⌉ survivors; group_dro never again
+    assert built == [("CrossEntropy", 9), ("ClassBalanced", 18), ("GroupDRO", 9), ("LDAM", 9), ("MR2", 18),
+                     ("CrossEntropy", 3), ("ClassBalanced", 6), ("LDAM", 3), ("MR2", 6),
+                     ("CrossEntropy", 1), ("ClassBalanced", 2), ("LDAM", 1), ("MR2", 2)]
+    monkeypatch.setattr(Method, "stateless", lambda self: False)
+    padded = train_stack(data, specs, cfg)
+    assert rebuilt.stopped_at == padded.stopped_at and rebuilt.checkpoint_step == padded.checkpoint_step
+    for k, v in padded.probe.state_dict().items():
+        torch.testing.assert_close(rebuilt.probe.state_dict()[k], v, rtol=1e-12, atol=1e-12)
+    assert json.dumps(rebuilt.info) == json.dumps(padded.info)

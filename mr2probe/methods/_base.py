@@ -138,6 +138,13 @@ class Method:
         """Per-head training loss [h] (mean over the batch)."""
         raise NotImplementedError
 
+    def stateless(self) -> bool:
+        """Whether the loss carries nothing from step to step: all it reads besides the batch is computed by
+        ``prepare`` and ``on_epoch_start`` from the hyperparameters and the data, and it owns no parameters. Then an
+        instance built for some of the heads (and brought to the epoch) trains them exactly as this one does, and
+        successive halving rebuilds it for a cut's survivors rather than computing the loss of stopped heads."""
+        return False
+
     def extra_parameters(self) -> list[torch.Tensor]:
         """Method-owned trainable tensors with leading axis h (optimised with the heads' lr and wd)."""
         return []

@@ -21,5 +21,8 @@ class BalancedSoftmax(Method):
     def prepare(self) -> None:
         self.log_counts = self.ctx.counts.clamp_min(1).log()  # [K]
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         return per_head_ce(batch.logits + self.log_counts, batch.y).mean(1)

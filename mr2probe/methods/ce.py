@@ -10,5 +10,8 @@ from ._base import METHODS, Batch, Method, per_head_ce
 class CrossEntropy(Method):
     """ℓ = −log softmax(f(x))_y."""
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         return per_head_ce(batch.logits, batch.y).mean(1)

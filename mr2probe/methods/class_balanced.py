@@ -32,6 +32,9 @@ class ClassBalanced(Method):
     def prepare(self) -> None:
         self.weights = effective_number_weights(self.ctx.counts, self.hp("beta"))  # [h, K]
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         return (self.weights[:, batch.y] * per_head_ce(batch.logits, batch.y)).mean(1)
 

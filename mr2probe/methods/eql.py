@@ -40,6 +40,9 @@ class EQL(Method):
         prior = counts / counts.sum()  # π [K]
         self.rare = prior[None, :] < self.hp("lam_rel")[:, None] / self.ctx.num_classes  # [h, K]
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         target = F.one_hot(batch.y, self.ctx.num_classes).to(batch.logits.dtype)  # [B, K]
         bce = F.binary_cross_entropy_with_logits(batch.logits, target.expand_as(batch.logits), reduction="none")

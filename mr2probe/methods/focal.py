@@ -18,6 +18,9 @@ class Focal(Method):
     defaults: dict[str, Any] = {"gamma": 2.0}
     grid: dict[str, list] = {}
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         ce = per_head_ce(batch.logits, batch.y)  # [h, B]
         modulator = (-torch.expm1(-ce)).clamp_min(0).pow(self.hp("gamma")[:, None])  # (1 − p_y)^γ

@@ -18,6 +18,9 @@ class LabelSmoothing(Method):
     defaults: dict[str, Any] = {"eps": 0.1}
     grid: dict[str, list] = {}
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         logp = torch.log_softmax(batch.logits, dim=-1)  # [h, B, K]
         nll = -logp.gather(-1, batch.y.expand(logp.shape[0], -1)[..., None])[..., 0]  # [h, B]

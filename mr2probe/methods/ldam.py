@@ -88,6 +88,9 @@ class LDAM(Method):
         on = torch.tensor([t is not None and epoch >= t for t in self.drw_epoch], device=self.cb.device)
         self.weights = torch.where(on[:, None], self.cb, torch.ones_like(self.cb))
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         onehot = torch.nn.functional.one_hot(batch.y, self.ctx.num_classes).to(batch.logits.dtype)  # [B, K]
         shifted = batch.logits * self.pre - self.delta[:, batch.y, None] * onehot  # [h, B, K]

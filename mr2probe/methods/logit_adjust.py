@@ -22,6 +22,9 @@ class LogitAdjust(Method):
         counts = self.ctx.counts
         self.log_prior = (counts / counts.sum()).clamp_min(1e-12).log()  # [K]
 
+    def stateless(self) -> bool:
+        return True
+
     def loss(self, batch: Batch) -> torch.Tensor:
         adjusted = batch.logits + self.hp("tau")[:, None, None] * self.log_prior
         return per_head_ce(adjusted, batch.y).mean(1)

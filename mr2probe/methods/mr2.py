@@ -268,6 +268,11 @@ class MR2(Method):
             return u
         return torch.where(self.on_input[:, None, None], u, batch.rep)
 
+    def stateless(self) -> bool:
+        """Frozen features: the statistics and margins come from ``prepare`` alone (with a trainable adapter they
+        follow the representation, from epoch to epoch or step to step)."""
+        return self.ctx.probe.adapter == "none"
+
     def loss(self, batch: Batch) -> torch.Tensor:
         ema = self.hparams[0]["stats"] == "ema" and self.ctx.probe.adapter != "none"
         z = self._measured(batch) if ema or self.uses_rep else batch.rep
