@@ -8,7 +8,8 @@
     GEMM rate measured in the same run with the sweep's product shapes ([B, D] × [D, H·K]) → ``sweep/gemm_rate``
     (the fraction of the bare products' FLOP rate the sweep reaches, counting its forward and weight-gradient products);
     The same stack is then trained under ``search="halving"`` (rungs at T/9 and T/3, η = 3) → ``halving/full``
-    in wall time and in head-steps (Σ of each head's ``stopped_at`` against H·T);
+    in wall time and in head-steps (Σ of each head's ``stopped_at`` against H·T), and in the wall time of the steps
+    alone (less a one-step stack's: set-up, e.g. JTT's first stage, and evaluation do not shrink with the stack);
 (c) the projected training time of the paper's grid (benchmarks/paper.toml: 7 datasets × 3 encoders × 2 heads ×
     3 seeds + the null control) from (b)'s seconds per step, scaled by each cell's B·D·H·K and its step budget
     max(30 · ⌈N / 512⌉, 1000), under the full grid and under halving (× (b)'s halving/full wall time). Extraction
@@ -135,6 +136,8 @@ def sweep(args: argparse.Namespace, device: torch.device) -> float:
     halved: list = []
     t_half = timed(lambda: halved.append(train_stack(sub, specs, cfg_h)), device)
     head_steps = sum(halved[0].stopped_at)
+    one = TrainData(x[:b], y[:b], data.val_x, data.val_y, k)  # set-up, one step, evaluation: what steps do not scale
+    t_fixed = timed(lambda: train_stack(one, specs, cfg), device)
     w = torch.randn(heads * k, d, device=device, dtype=x.dtype) * 0.01
 
     def gemms() -> None:
@@ -155,6 +158,9 @@ def sweep(args: argparse.Namespace, device: torch.device) -> float:
     print(f"(b) the same stack under successive halving (rungs {halved[0].rungs}, η = 3): {t_half:.2f} s, "
           f"{head_steps} head-steps of {heads * steps}")
     print(f"halving/full wall={t_half / t_sweep:.3f}")
+    print(f"(b) of which set-up, one step and evaluation (a one-step stack): {t_fixed:.2f} s; the other "
+          f"{steps - 1} steps: full {t_sweep - t_fixed:.2f} s, halving {t_half - t_fixed:.2f} s")
+    print(f"halving/full steps wall={(t_half - t_fixed) / (t_sweep - t_fixed):.3f}")
     print(f"halving/full head-steps={head_steps / (heads * steps):.3f}")
     return t_sweep / steps / (b * d * heads * k), t_half / t_sweep
 

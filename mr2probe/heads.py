@@ -169,8 +169,13 @@ class ProbeStack(torch.nn.Module):
         items = list(self.named_parameters()) + list(self.named_buffers())
         return {n[len(prefix):]: t for n, t in items if n.startswith(prefix)}
 
-    def represent(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head.represent(self.adapter.forward(x, self._group("adapter_")))
+    def represent(self, x: torch.Tensor, heads: slice | None = None) -> torch.Tensor:
+        """z(x) [H|1, B, d] the classifiers see, of all heads or of ``heads`` only."""
+        return self.head.represent(self.adapter_output(x, heads))
+
+    def logits(self, x: torch.Tensor, heads: slice) -> torch.Tensor:
+        """Logits [h, B, K] of the heads ``heads`` alone: only their adapters and classifiers are evaluated."""
+        return self.head.logits(self.represent(x, heads), {n: t[heads] for n, t in self._group("head_").items()})
 
     def adapter_output(self, x: torch.Tensor, heads: slice | None = None) -> torch.Tensor:
         """g(x) [H|1, B, d] before the head's own transform (cosine: before z/‖z‖), of all heads or of ``heads``

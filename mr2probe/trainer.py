@@ -444,13 +444,13 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
             c = chunk_rows(data.x)
             with torch.no_grad():
                 for i in range(0, n, c):
-                    z = probe.represent(data.x[i:i + c])
-                    yield (z if z.shape[0] == 1 else v.full(z[v.sl])), data.y[i:i + c]
+                    z = probe.represent(data.x[i:i + c], v.sl)
+                    yield (z if z.shape[0] == 1 else v.full(z)), data.y[i:i + c]
 
         def predict(x: torch.Tensor | StreamedFeatures) -> torch.Tensor:
             c = chunk_rows(x)
             with torch.no_grad():
-                return v.full(torch.cat([probe(x[i:i + c])[1][v.sl] for i in range(0, len(x), c)], 1))
+                return v.full(torch.cat([probe.logits(x[i:i + c], v.sl) for i in range(0, len(x), c)], 1))
 
         def represent_input_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             c = chunk_rows(data.x)

@@ -18,8 +18,14 @@ def test_gpu_check_smoke_runs_and_prints_its_figures() -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     assert "smoke version on the CPU" in out and "these figures do not describe a GPU" in out
-    for key in ("extract/forward", "sweep/gemm_rate", "paper_grid_hours"):
+    for key in ("extract/forward", "sweep/gemm_rate", "paper_grid_hours", "paper_grid_hours_halving",
+                "halving/full wall", "halving/full steps wall", "halving/full head-steps", "K=100 mr2/ce",
+                "K=1000 mr2/ce", "device_vs_cpu_max_abs_delta_acc"):
         value = float(re.search(rf"^{key}=([\d.]+)$", out, re.M).group(1))
-        assert value > 0, key
+        assert value > 0 or key == "device_vs_cpu_max_abs_delta_acc", key
+    # halving keeps ⌈4/3⌉ then 1 of each 4-point grid, ⌈8/3⌉ then 1 of each 8-point grid: fewer head-steps
+    assert float(re.search(r"^halving/full head-steps=([\d.]+)$", out, re.M).group(1)) < 0.5
+    # the smoke run compares the CPU with itself: the same accuracies
+    assert float(re.search(r"^device_vs_cpu_max_abs_delta_acc=([\d.]+)$", out, re.M).group(1)) == 0
     assert 0 < float(re.search(r"^sweep/gemm_rate=([\d.]+)$", out, re.M).group(1)) < 5
     assert "peak RSS" in out and "gpu_check: done" in out

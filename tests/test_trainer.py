@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import write_by_hand
@@ -204,8 +205,6 @@ def test_finished_seeds_are_keyed_by_feature_content(tmp_path: Path) -> None:
 def test_diverged_training_is_one_user_error_read_without_a_sync_per_step() -> None:
     """A learning rate that overflows the logits ends training with UserError; finiteness is read from the device
     every FINITE_EVERY steps and at each epoch's end (here: at the end of the first epoch, before step 64)."""
-    import pytest
-
     from mr2probe.errors import UserError
     from mr2probe.trainer import FINITE_EVERY
 
@@ -217,3 +216,19 @@ def test_diverged_training_is_one_user_error_read_without_a_sync_per_step() -> N
         train_stack(data, expand_runs(["ce"], [0], cfg), cfg)
     ok = TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(0.0,), min_steps=0, progress=False)
     assert np.isfinite(train_stack(data, expand_runs(["ce"], [0], ok), ok).probe.head_W.detach().numpy()).all()
+
+
+@pytest.mark.parametrize("head,adapter", [("linear", "none"), ("cosine", "none"), ("linear", "mlp"),
+                                          ("cosine", "linear")])
+def test_the_logits_of_some_heads_are_the_stacks_rows(head: str, adapter: str) -> None:
+    """``ProbeStack.logits(x, heads)`` evaluates only those heads' adapters and classifiers, with the rows of the
+    whole stack's forward; ``represent(x, heads)`` likewise (shared [1, B, D] without an adapter)."""
+    from mr2probe.heads import ProbeStack
+
+    x = torch.randn(7, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    stack = ProbeStack(ProbeConfig(head=head, adapter=adapter, width=4), 5, 3, [0, 1, 2, 3],
+                       [8.0, 16.0, 4.0, 2.0]).double()
+    z, logits = stack(x)
+    for sl in (slice(1, 3), slice(0, 4), slice(3, 4)):
+        torch.testing.assert_close(stack.logits(x, sl), logits[sl], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(stack.represent(x, sl), z if z.shape[0] == 1 else z[sl], rtol=1e-12, atol=1e-12)
