@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -29,3 +30,17 @@ def test_gpu_check_smoke_runs_and_prints_its_figures() -> None:
     assert float(re.search(r"^device_vs_cpu_max_abs_delta_acc=([\d.]+)$", out, re.M).group(1)) == 0
     assert 0 < float(re.search(r"^sweep/gemm_rate=([\d.]+)$", out, re.M).group(1)) < 5
     assert "peak RSS" in out and "gpu_check: done" in out
+
+
+@pytest.mark.slow
+def test_gpu_step_smoke_runs_and_prints_its_figures() -> None:
+    """benchmarks/gpu_step.py's CPU smoke version: the step's time, the profiler's table, the logit-pass ratio."""
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), "--smoke", "--no-compile"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "these figures do not describe a GPU" in out and "Self CPU time total" in out
+    assert float(re.search(r"^\(1\) stacked step: 104 heads.* ([\d.]+) ms per step", out, re.M).group(1)) > 0
+    assert float(re.search(r"^step/logit_pass=([\d.]+)$", out, re.M).group(1)) > 1  # a step is more than one pass
+    assert "gpu_step: done" in out
