@@ -186,15 +186,11 @@ def projection(per_unit: float, halving: float) -> None:
 
 def mr2_step(device: torch.device) -> None:
     """(d): benchmarks/speed_mr2_loss.py's MR2 and CE steps, alternated five times, medians."""
-    from speed_mr2_loss import time_steps
+    from speed_mr2_loss import median_steps
 
     for k in (100, 1000):
         x, y = torch.randn(512, 768, device=device), torch.randint(0, k, (512,), device=device)
-        ce, mr2 = [], []
-        for _ in range(5):
-            ce.append(time_steps("ce", x, y, k, 20))
-            mr2.append(time_steps("mr2", x, y, k, 20))
-        ce_t, mr2_t = sorted(ce)[2], sorted(mr2)[2]
+        ce_t, mr2_t = median_steps(x, y, k, 20, 5)
         print(f"(d) K={k}, B = 512, D = 768 on {device}: ce step {ce_t * 1e3:.2f} ms, mr2 step {mr2_t * 1e3:.2f} ms")
         print(f"K={k} mr2/ce={mr2_t / ce_t:.2f}")
 

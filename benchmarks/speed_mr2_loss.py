@@ -67,6 +67,15 @@ def time_steps(name: str, x: torch.Tensor, y: torch.Tensor, k: int, steps: int) 
     return (time.perf_counter() - t0) / steps
 
 
+def median_steps(x: torch.Tensor, y: torch.Tensor, k: int, steps: int, repeats: int) -> tuple[float, float]:
+    """Median seconds per CE step and per MR2 step, the two timed alternately ``repeats`` times."""
+    ce, mr2 = [], []
+    for _ in range(repeats):
+        ce.append(time_steps("ce", x, y, k, steps))
+        mr2.append(time_steps("mr2", x, y, k, steps))
+    return sorted(ce)[len(ce) // 2], sorted(mr2)[len(mr2) // 2]
+
+
 def time_rep_layouts(z: torch.Tensor, y: torch.Tensor, steps: int) -> dict[str, float]:
     """Milliseconds per forward + backward of the representation term in each layout."""
     from mr2probe.methods.mr2 import rep_margin_loss
@@ -95,11 +104,7 @@ def main() -> None:
     for k in (int(v) for v in args.ks.split(",")):
         x = torch.randn(args.batch, args.dim)
         y = torch.randint(0, k, (args.batch,))  # a random batch: at K=1000 few same-class pairs
-        ce, mr2 = [], []
-        for _ in range(args.repeats):
-            ce.append(time_steps("ce", x, y, k, args.steps))
-            mr2.append(time_steps("mr2", x, y, k, args.steps))
-        ce_t, mr2_t = sorted(ce)[len(ce) // 2], sorted(mr2)[len(mr2) // 2]
+        ce_t, mr2_t = median_steps(x, y, k, args.steps, args.repeats)
         print(f"K={k}: ce step {ce_t * 1e3:.2f} ms, mr2 step {mr2_t * 1e3:.2f} ms")
         print(f"K={k} mr2/ce={mr2_t / ce_t:.2f}")
         rep = time_rep_layouts(x, y, args.steps)
