@@ -78,6 +78,18 @@ def class_stats_chunked(chunks: Callable[[], Iterable[tuple[torch.Tensor, torch.
     return ClassStats(mean=mean, s2=s2, v=lp_sq(mean, p) + s2, s2_l2=dev_2 / counts, counts=counts)
 
 
+def batch_class_stats(z: torch.Tensor, y: torch.Tensor, num_classes: int, p: float = 3.0) -> ClassStats:
+    """The statistics of the classes present in one batch (z [.., B, d], y [B]), with masks instead of a selection
+    (no host sync): a class absent from the batch gets zeros and ``counts`` 0; a class of one sample ŝ² = 0."""
+    oh = _onehot(y, num_classes, z.dtype)  # [B, K]
+    counts = oh.sum(0)
+    mean = (oh.T @ z if z.ndim == 2 else torch.einsum("bk,hbd->hkd", oh, z)) / counts.clamp_min(1)[:, None]
+    diff = z - mean.index_select(-2, y)
+    s2 = (lp_sq(diff, p) @ oh) / counts.clamp_min(1)
+    s2_l2 = (lp_sq(diff, 2) @ oh) / counts.clamp_min(1)
+    return ClassStats(mean=mean, s2=s2, v=lp_sq(mean, p) + s2, s2_l2=s2_l2, counts=counts)
+
+
 def _per_head(x: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A scalar or a per-head vector [H], shaped to broadcast against ``like`` [H, K]."""
     t = torch.as_tensor(x, dtype=like.dtype, device=like.device)

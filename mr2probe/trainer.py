@@ -37,6 +37,7 @@ import torch
 from .distributed import local_device
 from .errors import UserError
 from .heads import ProbeConfig, ProbeStack
+from .losses import LossTables, stack_loss
 from .methods import METHODS, Batch, FitContext, Method
 from .optim import StackedAdamW
 from .progress import progress_bar
@@ -414,6 +415,90 @@ class _View:
         return loss if self.local is None else loss.index_select(0, self.local)
 
 
+class StackStep:
+    """One training step's loss for a stack: the probe's forward, every head's loss in one pass of the loss form
+    (:mod:`mr2probe.losses`) over the live heads' logits and the methods' auxiliary heads, the methods' per-step hooks
+    and extra terms. The rows of the pass: the live heads of the stack in order, then each method's auxiliary heads
+    (all h of them: the method's own parameters keep their shape; only the live ones' losses count)."""
+
+    def __init__(self, probe: ProbeStack, methods: list[tuple[Method, "_View"]], num_classes: int,
+                 detach: torch.Tensor | None, l2: torch.Tensor | None) -> None:
+        self.probe, self.methods, self.num_classes, self.detach, self.l2 = probe, methods, num_classes, detach, l2
+        self.rebuild_tables()
+
+    def rebuild_tables(self) -> None:
+        """The loss tables of the stack as it is now (after set-up, and after each cut of successive halving)."""
+        live = self.probe.num_heads
+        self.aux: list[tuple[Method, "_View", slice]] = []
+        start = live
+        for m, v in self.methods:
+            if type(m).aux_logits is not Method.aux_logits:
+                self.aux.append((m, v, slice(start, start + m.h)))
+                start += m.h
+        x = next(iter(self.probe.state_dict().values()))
+        self.tables = LossTables(start, self.num_classes, x.device, x.dtype)
+        for m, v in self.methods:
+            self.write_terms(m, v)
+        self.uses_rep = [type(m).reweights or type(m).aux_logits is not Method.aux_logits
+                         or type(m).extra_loss is not Method.extra_loss or type(m).before_step is not Method.before_step
+                         for m, _ in self.methods]
+
+    def write_terms(self, m: Method, v: "_View") -> None:
+        """Method ``m``'s declared terms into its rows (after ``prepare`` and each ``on_epoch_start``)."""
+        self.tables.write(v.sl, m.terms(), v.local)
+        for mm, _, rows in self.aux:
+            if mm is m:
+                self.tables.write(rows, m.aux_terms())
+
+    def write_all_terms(self) -> None:
+        for m, v in self.methods:
+            self.write_terms(m, v)
+
+    def __call__(self, xb: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """The stack's training loss on one batch: Σ over live heads of their per-head losses."""
+        rep, logits = self.probe(xb, self.detach)
+        sizes = [v.sl.stop - v.sl.start for _, v in self.methods]
+        reps = rep.split(sizes) if rep.shape[0] > 1 else [rep] * len(self.methods)
+        batches = {id(m): Batch(None, v.full_rep(r), yb, idx)
+                   for (m, v), r, used in zip(self.methods, reps, self.uses_rep) if used}
+        for m, v in self.methods:
+            if type(m).before_step is not Method.before_step:
+                m.before_step(batches[id(m)])
+                if m.per_step_terms:
+                    self.tables.write(v.sl, m.terms(), v.local)
+        aux = [m.aux_logits(batches[id(m)]) for m, _, _ in self.aux]
+        z = torch.cat([logits, *aux]) if aux else logits
+        hooks = [(v.sl, self._hook(m, v, batches[id(m)])) for m, v in self.methods if type(m).reweights]
+        per_row = stack_loss(z, yb, self.tables, hooks)
+        loss = per_row.sum() if not aux else per_row[:logits.shape[0]].sum()
+        for m, v, rows in self.aux:
+            loss = loss + v.live(per_row[rows]).sum()
+        for m, v in self.methods:
+            if type(m).extra_loss is not Method.extra_loss:
+                extra = m.extra_loss(batches[id(m)])
+                if extra is not None:
+                    loss = loss + v.live(extra).sum()
+        if self.l2 is not None:  # ½·l2_h·‖W_h‖² per head: the objective of L2 logistic regression, mean-CE form
+            loss = loss + 0.5 * (self.l2 * self.probe.head_W.pow(2).sum((1, 2))).sum()
+        return loss
+
+    def _hook(self, m: Method, v: "_View", batch: Batch) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The per-step weights of method ``m``'s live rows from every row's c [rows, B]."""
+        aux_rows = next((rows for mm, _, rows in self.aux if mm is m), None)
+
+        def weights(c: torch.Tensor) -> torch.Tensor:
+            c_aux = None if aux_rows is None else c[aux_rows]
+            return v.live(m.sample_weights(v.full(c[v.sl]), batch, c_aux))
+
+        return weights
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Successive halving's cut: the per-head tensors of the step keep the rows ``keep``; tables are rebuilt."""
+        self.l2 = None if self.l2 is None else self.l2.index_select(0, keep)
+        self.detach = None if self.detach is None else self.detach.index_select(0, keep)
+        self.rebuild_tables()
+
+
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
                  epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc") -> TrainedStack:
     """One stack: every head of ``specs`` (sorted by method, one seed) in one product per step; ``bar`` advances by
@@ -487,7 +572,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
 
     lr = torch.tensor([s.params["lr"] for s in specs], dtype=data.x.dtype, device=data.x.device)
     l2 = torch.tensor([s.params.get("l2", 0.0) for s in specs], dtype=data.x.dtype, device=data.x.device)
-    l2 = l2 if bool(l2.any()) else None
+    l2 = l2 if any(s.params.get("l2", 0.0) for s in specs) else None
     wd = torch.tensor([s.params["weight_decay"] for s in specs], dtype=data.x.dtype, device=data.x.device)
     groups = [(list(probe.parameters()), lr, wd)]
     groups += [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in methods]
@@ -497,8 +582,8 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     detach = torch.zeros(len(specs), dtype=torch.bool, device=data.x.device)
     for m, v in methods:
         detach[v.g] = type(m).detach_head_input
-    detach = detach if bool(detach.any()) else None
-    sizes = [v.h for _, v in methods]
+    detach = detach if any(type(m).detach_head_input for m, _ in methods) else None
+    step_loss = StackStep(probe, methods, data.num_classes, detach, l2)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     info: list[dict[str, Any]] = [{} for _ in specs]
     keeper = _BestState(probe, data, select, methods, info) if checkpoints else None
@@ -524,12 +609,9 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
 
     def cut() -> None:
         """Successive halving's cut at this step: the stack and the per-head tensors of the step shrink."""
-        nonlocal l2, detach, sizes
         keep = halving.cut(step)
         if keep is not None:
-            l2 = None if l2 is None else l2.index_select(0, keep)
-            detach = None if detach is None else detach.index_select(0, keep)
-            sizes = [v.sl.stop - v.sl.start for _, v in methods]
+            step_loss.select(keep)
 
     own = progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=train_epochs * steps_per_epoch,
                        enabled=cfg.progress and bar is None)
@@ -537,20 +619,11 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
         for epoch in range(train_epochs):
             bar.update(description=f"{description} · seed {seed} · {probe.num_heads} heads · epoch {epoch + 1}/"
                                    f"{train_epochs}")
-            for m, _ in methods:
+            for m, v in methods:
                 m.on_epoch_start(epoch)
+                step_loss.write_terms(m, v)
             for idx, xb in epoch_batches(data.x, cfg.batch_size, gen):
-                yb = data.y[idx]
-                rep, logits = probe(xb, detach)
-                # split, not one slice per method: its backward is one concatenation of the methods' logit
-                # gradients, where slicing would zero-fill a full [H, B, K] gradient per method and add them
-                parts = logits.split(sizes)
-                reps = rep.split(sizes) if rep.shape[0] > 1 else [rep] * len(methods)
-                # each method sees all its h heads (stopped ones as zeros, :class:`_View`); only live losses count
-                loss = sum(v.live(m.loss(Batch(v.full(lg), v.full_rep(r), yb, idx))).sum()
-                           for (m, v), lg, r in zip(methods, parts, reps))
-                if l2 is not None:  # ½·l2_h·‖W_h‖² per head: the objective of L2 logistic regression, mean-CE form
-                    loss = loss + 0.5 * (l2 * probe.head_W.pow(2).sum((1, 2))).sum()
+                loss = step_loss(xb, data.y[idx], idx)
                 finite = finite & torch.isfinite(loss)  # read every FINITE_EVERY steps: no sync per step
                 if step % FINITE_EVERY == FINITE_EVERY - 1:
                     check_finite(epoch)

@@ -108,7 +108,25 @@ def test_block_layout_closed_form_gradient_passes_gradcheck() -> None:
 
 def test_rep_loss_unknown_layout_is_refused() -> None:
     with pytest.raises(ValueError, match="layout"):
-        rep_margin_loss(torch.zeros(1, 2, 3), torch.tensor([0, 0]), torch.ones(1), torch.ones(1), layout="dense")
+        rep_margin_loss(torch.zeros(1, 2, 3), torch.tensor([0, 0]), torch.ones(1), torch.ones(1), layout="diagonal")
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_dense_layout_matches_blocks_and_pairs(reference: bool) -> None:
+    """The dense layout (one masked B×B matrix, no host sync) gives the blocks and pairs layouts' value and gradient,
+    in float64, with a class of one and uneven class sizes."""
+    y = torch.tensor([0, 1, 0, 2, 1, 0, 3, 2, 0])
+    z0 = torch.randn(2, 9, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    s_bar, tau = torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([3.0, 7.0], dtype=torch.float64)
+    out = {}
+    for layout in ("dense", "blocks", "pairs"):
+        z = z0.clone().requires_grad_(True)
+        loss = rep_margin_loss(z, y, s_bar, tau, layout=layout, reference=reference, num_classes=4)
+        loss.sum().backward()
+        out[layout] = (loss.detach(), z.grad)
+    for layout in ("blocks", "pairs"):
+        torch.testing.assert_close(out["dense"][0], out[layout][0], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(out["dense"][1], out[layout][1], rtol=1e-10, atol=1e-12)
 
 
 def test_rep_loss_without_any_pair_is_zero() -> None:

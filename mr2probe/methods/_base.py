@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 import torch
 
 from ..errors import UserError
+from ..losses import LossTables, Terms, stack_loss
 from ..registry import Registry
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 class Batch:
     """One training batch as a method sees it (only its own heads)."""
 
-    logits: torch.Tensor  # [h, B, K]
+    logits: torch.Tensor | None  # [h, B, K] (what the method's own code reads; the stack's pass reads the stack's)
     rep: torch.Tensor  # [h or 1, B, d]: the representation the classifier sees (1 = shared, no adapter)
     y: torch.Tensor  # [B] labels
     idx: torch.Tensor  # [B] positions in the training set (for per-sample weights)
@@ -74,7 +75,9 @@ class FitContext:
 
 
 class Method:
-    """Base class. Override ``loss``; optionally ``prepare``, ``on_epoch_start``, ``extra_parameters``, ``info``."""
+    """Base class. A method declares its loss (``terms``; ``sample_weights``, ``aux_logits``, ``extra_loss`` where
+    the form needs them; :mod:`mr2probe.losses`); optionally ``prepare``, ``on_epoch_start``,
+    ``extra_parameters``, ``info``. ``loss`` evaluates it alone."""
 
     name: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
@@ -134,9 +137,54 @@ class Method:
     def on_epoch_start(self, epoch: int) -> None:
         """At the start of every epoch (e.g. statistics under a trainable adapter, DRO/CDB weights)."""
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        """Per-head training loss [h] (mean over the batch)."""
+    # --- the method's loss, as the stack evaluates it (mr2probe.losses): declared terms, hooks, extra terms ---
+
+    def terms(self) -> Terms:
+        """The softmax-CE form's terms of this method's heads (:class:`~mr2probe.losses.Terms`; plain CE: none).
+        Read after ``prepare``, after every ``on_epoch_start`` and, for ``per_step_terms`` methods, every step."""
+        return Terms()
+
+    per_step_terms: ClassVar[bool] = False  # terms() changes within an epoch (after ``before_step``)
+    reweights: ClassVar[bool] = False  # sample_weights() is a per-step hook
+
+    def before_step(self, batch: Batch) -> None:
+        """Before each step's loss (e.g. MR2's EMA statistics, which then change ``terms()``)."""
+
+    def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
+        """Per-step weights r [h, B] of this method's heads from their per-sample losses c [h, B] (detached, before
+        ψ) and those of its auxiliary rows ``c_aux`` (see :meth:`aux_logits`); only where ``reweights``."""
         raise NotImplementedError
+
+    def aux_logits(self, batch: Batch) -> torch.Tensor | None:
+        """Logits [h, B, K] of auxiliary heads the method owns (LfF's biased heads), trained in the same pass under
+        :meth:`aux_terms`; their losses add to the method's."""
+        return None
+
+    def aux_terms(self) -> Terms:
+        return Terms()
+
+    def extra_loss(self, batch: Batch) -> torch.Tensor | None:
+        """A per-head loss [h] outside the softmax-CE form (MR2's representation term, SupCon), with autograd."""
+        return None
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """Per-head training loss [h] of this method alone: the stack's pass (mr2probe.losses) over its heads."""
+        self.before_step(batch)
+        aux = self.aux_logits(batch)
+        h = self.h
+        z = batch.logits if aux is None else torch.cat([batch.logits, aux])
+        tables = LossTables(z.shape[0], z.shape[2], z.device, z.dtype)
+        tables.write(slice(0, h), self.terms())
+        if aux is not None:
+            tables.write(slice(h, z.shape[0]), self.aux_terms())
+        hooks = []
+        if self.reweights:
+            hooks.append((slice(0, h), lambda c: self.sample_weights(
+                c[:h], batch, c[h:] if aux is not None else None)))
+        per_row = stack_loss(z, batch.y, tables, hooks)
+        out = per_row[:h] if aux is None else per_row[:h] + per_row[h:]
+        extra = self.extra_loss(batch)
+        return out if extra is None else out + extra
 
     def stateless(self) -> bool:
         """Whether the loss carries nothing from step to step: all it reads besides the batch is computed by

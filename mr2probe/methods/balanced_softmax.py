@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from ._base import METHODS, Batch, Method, per_head_ce
+from ..losses import Terms
+from ._base import METHODS, Method
 
 
 @METHODS.register("balanced_softmax", help="balanced softmax: CE(z + log n) (Ren et al., NeurIPS 2020)")
@@ -24,5 +23,5 @@ class BalancedSoftmax(Method):
     def stateless(self) -> bool:
         return True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        return per_head_ce(batch.logits + self.log_counts, batch.y).mean(1)
+    def terms(self) -> Terms:
+        return Terms(offset=self.log_counts.expand(self.h, -1))  # o = log n

@@ -6,7 +6,8 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ._base import METHODS, Batch, Method, per_head_ce
+from ..losses import Terms
+from ._base import METHODS, Batch, Method
 
 CHUNK = 8192  # rows per no-grad evaluation chunk
 HOLDOUT_SALT = 7919  # the held-out part is drawn from a generator seeded by run seed + this
@@ -122,11 +123,16 @@ class CDB(Method):
         dynamic = self.hp("dynamic_tau") > 0
         self.acc, self.measured = acc, measured
         self.tau = torch.where(dynamic, dynamic_tau(acc, measured), self.hp("tau"))
-        self.weights = difficulty_weights(acc, measured, self.tau, self.hp("min_difficulty"))
+        self.weights.copy_(difficulty_weights(acc, measured, self.tau, self.hp("min_difficulty")))
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        w = self.weights[:, batch.y] * self.keep.index_select(1, batch.idx)
-        return (w * per_head_ce(batch.logits, batch.y)).mean(1)
+    def terms(self) -> Terms:
+        return Terms(class_weight=self.weights)
+
+    reweights = True
+
+    def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
+        """keep_i: 0 for the rows held out to measure acc_k."""
+        return self.keep.index_select(1, batch.idx)
 
     def info(self) -> list[dict[str, Any]]:
         held = (1 - self.keep).sum(1)

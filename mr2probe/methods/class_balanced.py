@@ -5,7 +5,8 @@ from typing import Any
 
 import torch
 
-from ._base import METHODS, Batch, Method, per_head_ce
+from ..losses import Terms
+from ._base import METHODS, Method
 
 
 def effective_number_weights(counts: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
@@ -35,8 +36,8 @@ class ClassBalanced(Method):
     def stateless(self) -> bool:
         return True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        return (self.weights[:, batch.y] * per_head_ce(batch.logits, batch.y)).mean(1)
+    def terms(self) -> Terms:
+        return Terms(class_weight=self.weights)
 
     def info(self) -> list[dict[str, Any]]:
         return [{"class_weights": self.weights[i].tolist()} for i in range(self.h)]

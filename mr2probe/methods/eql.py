@@ -4,10 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import UserError
-from ._base import METHODS, Batch, Method
+from ..losses import Terms
+from ._base import METHODS, Method
 
 
 @METHODS.register("eql", help="equalization loss (sigmoid form): one-vs-all sigmoid CE without the negative terms "
@@ -43,11 +43,8 @@ class EQL(Method):
     def stateless(self) -> bool:
         return True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        target = F.one_hot(batch.y, self.ctx.num_classes).to(batch.logits.dtype)  # [B, K]
-        bce = F.binary_cross_entropy_with_logits(batch.logits, target.expand_as(batch.logits), reduction="none")
-        drop = self.rare[:, None, :] & (target == 0)[None]  # [h, B, K]: negative terms of rare classes
-        return bce.masked_fill(drop, 0.0).sum(-1).mean(1)
+    def terms(self) -> Terms:
+        return Terms(sigmoid=True, negatives_dropped=self.rare)  # the loss form's sigmoid mode
 
     def info(self) -> list[dict[str, Any]]:
         return [{"eql_rare_classes": torch.nonzero(self.rare[i]).flatten().tolist()} for i in range(self.h)]

@@ -6,8 +6,8 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ._base import METHODS, Batch, Method, per_head_ce
-from ._classwise import class_means
+from ..losses import class_mean_weights, class_means
+from ._base import METHODS, Batch, Method
 
 
 @torch.no_grad()
@@ -77,11 +77,22 @@ class FairDRO(Method):
         if not hp["alpha"] >= 0:
             raise UserError(f"alpha must be ≥ 0, got {hp['alpha']}")
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        per_class, present = class_means(per_head_ce(batch.logits, batch.y), batch.y, self.ctx.num_classes)
-        self.q = chi2_simplex_weights(per_class.detach(), present, self.hp("alpha"))  # [h, K]
-        return (self.q * per_class).sum(1)
+    reweights = True
+
+    def prepare(self) -> None:
+        self.q = torch.zeros(self.h, self.ctx.num_classes, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
+        self.stepped = False
+
+    @torch.no_grad()
+    def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
+        """The worst-case q of this batch's class losses (in place), as per-sample weights of Σ_k q_k ℓ_k."""
+        k = self.ctx.num_classes
+        per_class, present = class_means(c, batch.y, k)
+        self.q.copy_(chi2_simplex_weights(per_class, present, self.hp("alpha")))
+        self.stepped = True
+        return class_mean_weights(self.q, batch.y, k)
 
     def info(self) -> list[dict[str, Any]]:
-        q = getattr(self, "q", None)
-        return [{} if q is None else {"class_weights_last_batch": q[i].tolist()} for i in range(self.h)]
+        if not self.stepped:
+            return [{} for _ in range(self.h)]
+        return [{"class_weights_last_batch": self.q[i].tolist()} for i in range(self.h)]

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from ._base import METHODS, Batch, Method, per_head_ce
+from ..losses import Terms
+from ._base import METHODS, Method
 
 
 @METHODS.register("focal", help="focal loss (1 − p_y)^γ · CE (Lin et al., ICCV 2017)")
@@ -21,7 +20,5 @@ class Focal(Method):
     def stateless(self) -> bool:
         return True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        ce = per_head_ce(batch.logits, batch.y)  # [h, B]
-        modulator = (-torch.expm1(-ce)).clamp_min(0).pow(self.hp("gamma")[:, None])  # (1 − p_y)^γ
-        return (modulator * ce).mean(1)
+    def terms(self) -> Terms:
+        return Terms(focal=self.hp("gamma"))  # ψ(c) = (1 − e^{−c})^γ c

@@ -6,8 +6,8 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ._base import METHODS, Batch, Method, per_head_ce
-from ._classwise import class_means
+from ..losses import class_mean_weights, class_means
+from ._base import METHODS, Batch, Method
 
 
 @METHODS.register("group_dro", help="group DRO, classes as groups: q_k ← q_k·exp(η(ℓ_k + C/√n_k)), minimise "
@@ -40,12 +40,17 @@ class GroupDRO(Method):
         self.q = torch.full((self.h, k), 1.0 / k, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
         self.adjust = self.hp("adj")[:, None] / self.ctx.counts.clamp_min(1).sqrt()[None, :]  # [h, K]: C/√n_k
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        per_class, present = class_means(per_head_ce(batch.logits, batch.y), batch.y, self.ctx.num_classes)
-        with torch.no_grad():  # the multiplicative update in log space (no overflow for large η·ℓ)
-            step = self.hp("eta")[:, None] * (per_class.detach() + self.adjust) * present
-            self.q = torch.softmax(self.q.log() + step, 1)
-        return (self.q * per_class).sum(1)
+    reweights = True
+
+    @torch.no_grad()
+    def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
+        """q ← softmax(log q + η (ℓ_k + C/√n_k) · [k in the batch]) in place (log space: no overflow for large
+        η·ℓ), then the weights of Σ_k q_k ℓ_k as a batch mean (:func:`~mr2probe.losses.class_mean_weights`)."""
+        k = self.ctx.num_classes
+        per_class, present = class_means(c, batch.y, k)
+        step = self.hp("eta")[:, None] * (per_class + self.adjust) * present
+        self.q.copy_(torch.softmax(self.q.log() + step, 1))
+        return class_mean_weights(self.q, batch.y, k)
 
     def info(self) -> list[dict[str, Any]]:
         return [{"group_weights": self.q[i].tolist()} for i in range(self.h)]

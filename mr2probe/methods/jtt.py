@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ._base import METHODS, Batch, Method, per_head_ce
+from ._base import METHODS, Batch, Method
 
 
 @METHODS.register("jtt", help="just train twice: ERM for T (epochs//3) epochs, then a fresh head with its training "
@@ -51,11 +51,13 @@ class JTT(Method):
         up = self.hp("lam_up")[:, None]
         self.weights = torch.where(wrong, up, torch.ones_like(up))  # [h, N]
         self.mean_weight = self.weights.mean(1)  # w̄ [h]: 1 + (λ_up − 1)|E|/N
+        self.scaled = self.weights / self.mean_weight[:, None]  # w_i / w̄, read every step
         self.epochs1 = epochs
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        w = self.weights.index_select(1, batch.idx)  # w_i [h, B] (a gather of columns, cheaper than [:, idx])
-        return (w * per_head_ce(batch.logits, batch.y)).mean(1) / self.mean_weight
+    reweights = True
+
+    def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
+        return self.scaled.index_select(1, batch.idx)  # w_i / w̄ [h, B] (a gather of columns, cheaper than [:, idx])
 
     def info(self) -> list[dict[str, Any]]:
         n = len(self.ctx.y)

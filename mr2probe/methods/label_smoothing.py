@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from ._base import METHODS, Batch, Method
+from ..losses import Terms
+from ._base import METHODS, Method
 
 
 @METHODS.register("label_smoothing", help="CE against (1 − ε)·one-hot + ε/K (Szegedy et al., CVPR 2016)")
@@ -21,9 +20,5 @@ class LabelSmoothing(Method):
     def stateless(self) -> bool:
         return True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        logp = torch.log_softmax(batch.logits, dim=-1)  # [h, B, K]
-        nll = -logp.gather(-1, batch.y.expand(logp.shape[0], -1)[..., None])[..., 0]  # [h, B]
-        uniform = -logp.mean(-1)
-        eps = self.hp("eps")[:, None]
-        return ((1 - eps) * nll + eps * uniform).mean(1)
+    def terms(self) -> Terms:
+        return Terms(smoothing=self.hp("eps"))

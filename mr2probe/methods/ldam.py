@@ -7,7 +7,8 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ._base import METHODS, Batch, Method, per_head_ce
+from ..losses import Terms
+from ._base import METHODS, Method
 from .class_balanced import effective_number_weights
 
 
@@ -73,12 +74,12 @@ class LDAM(Method):
         self.delta = ldam_margins(self.ctx.counts, self.hp("max_m"))  # [h, K]
         if self.ctx.probe.head == "cosine":  # ẑ = z / s_head, s_head the head's cosine scale (per head)
             s_head = self.head_scales()
-            self.pre = 1.0 / torch.tensor(s_head, dtype=self.delta.dtype, device=self.delta.device)[:, None, None]
+            self.pre = 1.0 / torch.tensor(s_head, dtype=self.delta.dtype, device=self.delta.device)
             # s = "head": LDAM's scale is the head's own, chosen on val from the scale grid like every method's
             own = [sh if hp["s"] == "head" else float(hp["s"]) for sh, hp in zip(s_head, self.hparams)]
             self.scale = torch.tensor(own, dtype=self.delta.dtype, device=self.delta.device)
         else:
-            self.pre, self.scale = 1.0, self.hp("s_linear")
+            self.pre, self.scale = torch.ones_like(self.hp("s_linear")), self.hp("s_linear")
         self.cb = effective_number_weights(self.ctx.counts, self.hp("drw_beta"))  # [h, K]
         self.drw_epoch = [drw_start_epoch(self.ctx.epochs, float(hp["drw_frac"])) if hp["drw"] else None
                           for hp in self.hparams]
@@ -86,16 +87,14 @@ class LDAM(Method):
 
     def on_epoch_start(self, epoch: int) -> None:
         on = torch.tensor([t is not None and epoch >= t for t in self.drw_epoch], device=self.cb.device)
-        self.weights = torch.where(on[:, None], self.cb, torch.ones_like(self.cb))
+        self.weights.copy_(torch.where(on[:, None], self.cb, torch.ones_like(self.cb)))
 
     def stateless(self) -> bool:
         return True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        onehot = torch.nn.functional.one_hot(batch.y, self.ctx.num_classes).to(batch.logits.dtype)  # [B, K]
-        shifted = batch.logits * self.pre - self.delta[:, batch.y, None] * onehot  # [h, B, K]
-        ce = per_head_ce(self.scale[:, None, None] * shifted, batch.y)  # [h, B]
-        return (self.weights[:, batch.y] * ce).mean(1)
+    def terms(self) -> Terms:
+        """s·(ẑ − Δ_y e_y) with ẑ = pre · z: scale a = s·pre, true-class margin s·Δ, class weights w (DRW)."""
+        return Terms(scale=self.scale * self.pre, margin=self.scale[:, None] * self.delta, class_weight=self.weights)
 
     def info(self) -> list[dict[str, Any]]:
         return [{"ldam_margins": self.delta[i].tolist(), "ldam_drw_epoch": self.drw_epoch[i],

@@ -7,7 +7,8 @@ import torch
 
 from ..errors import UserError
 from ..heads import HEADS
-from ._base import METHODS, Batch, Method, per_head_ce
+from ..losses import Terms
+from ._base import METHODS, Batch, Method
 
 
 def generalized_ce(ce: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -67,16 +68,24 @@ class LfF(Method):
         """Logits [h, B, K] of the biased heads on the detached representation."""
         return self.head.logits(rep.detach(), self.biased)
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        ce_b = per_head_ce(self.biased_logits(batch.rep), batch.y)
-        ce_d = per_head_ce(batch.logits, batch.y)
-        with torch.no_grad():  # index_select / index_copy_: row gathers, far cheaper than x[:, idx] on [h, N]
-            idx = batch.idx  # positions in the training set: distinct within a batch
-            a = self.hp("ema")[:, None] * self.seen.index_select(0, idx).to(ce_b.dtype)  # [h, B]: 0 at a first visit
-            lb = a * self.ema_b.index_select(1, idx) + (1 - a) * ce_b.detach()
-            ld = a * self.ema_d.index_select(1, idx) + (1 - a) * ce_d.detach()
-            self.ema_b.index_copy_(1, idx, lb)
-            self.ema_d.index_copy_(1, idx, ld)
-            self.seen.index_fill_(0, idx, True)
-            w = lb / (lb + ld).clamp_min(1e-12)
-        return (w * ce_d).mean(1) + generalized_ce(ce_b, self.hp("q")).mean(1)
+    def aux_logits(self, batch: Batch) -> torch.Tensor:
+        """The biased heads B, trained in the stack's pass with ψ = GCE (``aux_terms``)."""
+        return self.biased_logits(batch.rep)
+
+    def aux_terms(self) -> Terms:
+        return Terms(gce=self.hp("q"))
+
+    reweights = True
+
+    @torch.no_grad()
+    def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
+        """W(x) = ℓ̃_B / (ℓ̃_B + ℓ̃_D) from the EMAs, updated in place with this batch's CE of D (``c``) and of B
+        (``c_aux``); index_select / index_copy_: row gathers, far cheaper than x[:, idx] on [h, N]."""
+        idx = batch.idx  # positions in the training set: distinct within a batch
+        a = self.hp("ema")[:, None] * self.seen.index_select(0, idx).to(c.dtype)  # [h, B]: 0 at a first visit
+        lb = a * self.ema_b.index_select(1, idx) + (1 - a) * c_aux
+        ld = a * self.ema_d.index_select(1, idx) + (1 - a) * c
+        self.ema_b.index_copy_(1, idx, lb)
+        self.ema_d.index_copy_(1, idx, ld)
+        self.seen.index_fill_(0, idx, True)
+        return lb / (lb + ld).clamp_min(1e-12)

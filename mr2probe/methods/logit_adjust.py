@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from ._base import METHODS, Batch, Method, per_head_ce
+from ..losses import Terms
+from ._base import METHODS, Method
 
 
 @METHODS.register("logit_adjust", help="logit-adjusted CE: CE(z + τ log π) (Menon et al., ICLR 2021)")
@@ -25,6 +24,5 @@ class LogitAdjust(Method):
     def stateless(self) -> bool:
         return True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        adjusted = batch.logits + self.hp("tau")[:, None, None] * self.log_prior
-        return per_head_ce(adjusted, batch.y).mean(1)
+    def terms(self) -> Terms:
+        return Terms(offset=self.hp("tau")[:, None] * self.log_prior)  # o = τ log π

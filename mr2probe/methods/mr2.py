@@ -30,7 +30,8 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import UserError
 from ..heads import HEADS, Head
-from ..stats import ClassStats, class_stats, class_stats_chunked, margins
+from ..losses import Terms
+from ..stats import ClassStats, batch_class_stats, class_stats_chunked, margins
 from ._base import METHODS, Batch, Method, per_head_ce
 
 
@@ -48,12 +49,16 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
 
     z [h, B, d]; s̄, τ [h]; ``reference`` a bool or per head [h]. The reference form is the public code's
     D/10/K · Σ_c mean_c log(1 + Σ exp((d² − 2s̄)/(10·D))) at τ = 10·D. Only same-class pairs matter, in one of
-    two layouts (same value; ``layout``
-    forces one): ``blocks`` sorts the batch by class into padded blocks [h, C, m, d] (C classes present,
+    three layouts (same value; ``layout`` forces one): ``dense`` one masked B×B matrix (static shapes, no host sync:
+    what ``auto`` takes on a GPU and under torch.compile); ``blocks`` sorts the batch by class into padded blocks [h, C, m, d] (C classes present,
     m = largest class count) whose m×m Gram matrices come from one batched product (C·m²·d work instead of
     B²·d); ``pairs`` lists the P same-class pairs and gathers them (P·d work). ``auto`` takes pairs when
     P < C·m, i.e. when most block rows would be padding (many classes, few samples each: K = 1000, B = 512).
     log(1 + Σ exp a) = softplus(logsumexp a)."""
+    if layout not in ("auto", "pairs", "blocks", "dense"):
+        raise ValueError(f"layout must be auto, pairs, blocks or dense, got {layout!r}")
+    if layout == "dense" or (layout == "auto" and (z.is_cuda or torch.compiler.is_compiling())):
+        return _dense_rep_margin(z, y, s_bar, tau, reference, num_classes)
     order = torch.argsort(y, stable=True)
     _, counts = torch.unique_consecutive(y[order], return_counts=True)
     n_pairs = int((counts * (counts - 1)).sum())
@@ -61,8 +66,6 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
         return z.new_zeros(z.shape[0])
     if layout == "auto":
         layout = "pairs" if n_pairs < len(counts) * int(counts.max()) else "blocks"
-    elif layout not in ("pairs", "blocks"):
-        raise ValueError(f"layout must be auto, pairs or blocks, got {layout!r}")
     shift = (2 * s_bar / tau)[:, None]
     if layout == "pairs":
         lse, n_c = _pair_logsumexp(z, y, tau)
@@ -77,6 +80,30 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
         raise ValueError("rep_margin_loss: the reference scale needs num_classes")
     # each class present contributes the mean over its n_c anchors: weight 1/n_c per anchor
     theirs = tau / (100.0 * num_classes) * (a / n_c.to(a.dtype)).sum(1)
+    return torch.where(ref, theirs, ours)
+
+
+def _dense_rep_margin(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: torch.Tensor,
+                      reference: bool | torch.Tensor, num_classes: int | None) -> torch.Tensor:
+    """The same loss from one B×B distance matrix per head, masked to same-class off-diagonal pairs (the spec's form):
+    B²·d work, static shapes and no host sync (what a GPU step, a CUDA graph or torch.compile needs). A row without
+    partner takes its own diagonal as a stand-in (a finite log-sum-exp) and is masked out of the mean."""
+    b = z.shape[1]
+    eye = torch.eye(b, dtype=torch.bool, device=z.device)
+    same = (y[:, None] == y[None, :]) & ~eye
+    anchor = same.any(1)  # [B]
+    sq = z.pow(2).sum(-1)
+    dist = (sq[:, :, None] + sq[:, None, :] - 2 * torch.bmm(z, z.transpose(1, 2))).clamp_min(0) / tau[:, None, None]
+    lse = torch.logsumexp(dist.masked_fill(~(same | (eye & ~anchor[:, None])), float("-inf")), -1)  # [h, B]
+    a = torch.nn.functional.softplus(lse - (2 * s_bar / tau)[:, None]) * anchor
+    ours = tau * a.sum(1) / anchor.sum().clamp_min(1)
+    if isinstance(reference, bool) and not reference:
+        return ours
+    if num_classes is None:
+        raise ValueError("rep_margin_loss: the reference scale needs num_classes")
+    n_c = torch.bincount(y, minlength=num_classes).index_select(0, y).to(a.dtype)  # batch count of each anchor's class
+    theirs = tau / (100.0 * num_classes) * (a / n_c).sum(1)
+    ref = torch.as_tensor(reference, dtype=torch.bool, device=z.device).expand(z.shape[0])
     return torch.where(ref, theirs, ours)
 
 
@@ -205,6 +232,19 @@ class MR2(Method):
         self.any_reference = any(hp["rep_scale"] == "reference" for hp in self.hparams)
         if "input" in self.space and (self.ctx.represent_input_train is None or self.ctx.represent_input is None):
             raise ValueError(f"{self.name}: stats_on=input needs a FitContext with represent_input(_train)")
+        k, dev, dtype = self.ctx.num_classes, self.ctx.x.device, self.ctx.x.dtype
+        # state updated in place (the step reads the same tensors throughout: CUDA-graph capture needs that)
+        self.v = torch.zeros(self.h, k, dtype=dtype, device=dev)
+        self.s2_l2 = torch.zeros(self.h, k, dtype=dtype, device=dev)  # ŝ²_k (L2), whose class mean is s̄
+        self.s_bar = torch.zeros(self.h, dtype=dtype, device=dev)
+        self.gamma = torch.ones(self.h, k, dtype=dtype, device=dev)
+        self.inv_gamma = torch.ones_like(self.gamma)
+        self.uniform = torch.tensor([bool(hp["uniform"]) for hp in self.hparams], device=dev)
+        self.seen = torch.zeros(k, dtype=torch.bool, device=dev)  # EMA: classes that had a batch
+        self.p_rows = [(p, torch.tensor([i for i, hp in enumerate(self.hparams) if float(hp["p"]) == p], device=dev))
+                       for p in sorted({float(hp["p"]) for hp in self.hparams})]  # distinct p: no sync per step
+        self.ema = self.hparams[0]["stats"] == "ema" and self.ctx.probe.adapter != "none"
+        self.per_step_terms = self.ema
         if self.ctx.probe.adapter == "none" or self.hparams[0]["stats"] != "exact":
             self._update_stats()
         d = self.ctx.rep_dim
@@ -218,7 +258,7 @@ class MR2(Method):
         """Exact statistics of the current representation, one no-grad pass per distinct (stats_on, p)."""
         ps = self.hp("p")
         v = torch.empty(self.h, self.ctx.num_classes, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
-        s_bar = torch.empty(self.h, dtype=v.dtype, device=v.device)
+        s2 = torch.empty_like(v)
         for space in sorted(set(self.space)):
             in_space = self.on_input == (space == "input")
             chunks = self.ctx.represent_input_train if space == "input" else self.ctx.represent_train
@@ -233,29 +273,40 @@ class MR2(Method):
                     st = class_stats_chunked(chunks, self.ctx.num_classes, p)
                 rows = in_space & (ps == p)
                 v[rows] = st.v.expand(self.h, -1)[rows]
-                s_bar[rows] = st.s_bar.expand(self.h)[rows]
-        self.v, self.s_bar = v, s_bar
+                s2[rows] = st.s2_l2.expand(self.h, -1)[rows]
+        self.v.copy_(v)
+        self.s2_l2.copy_(s2)
+        self.s_bar.copy_(s2.mean(1))
         self._set_margins()
 
+    @torch.no_grad()
     def _set_margins(self) -> None:
-        """γ from the current v (or γ_k = c̄ for heads with ``uniform``)."""
-        uniform = torch.tensor([bool(hp["uniform"]) for hp in self.hparams], device=self.v.device)
+        """γ from the current v (γ_k = c̄ for heads with ``uniform``), and 1/γ, the loss form's scale, in place."""
         gamma = margins(self.v, self.hp("c_bar"), self.hp("exponent"))
-        self.gamma = torch.where(uniform[:, None], self.hp("c_bar")[:, None].expand_as(gamma), gamma)
+        self.gamma.copy_(torch.where(self.uniform[:, None], self.hp("c_bar")[:, None].expand_as(gamma), gamma))
+        torch.reciprocal(self.gamma, out=self.inv_gamma)
 
     @torch.no_grad()
     def _ema(self, z: torch.Tensor, y: torch.Tensor) -> None:
-        """Per-step EMA of v and s̄ from the batch representation z [h|1, B, d] (option ``stats="ema"``)."""
-        # A batch missing a class has no statistics for it: skip the update.
-        present = torch.bincount(y, minlength=self.ctx.num_classes) > 0
-        if not bool(present.all()):
-            return
-        decay = self.hp("ema_decay")
-        for p in torch.unique(self.hp("p")).tolist():
-            st = class_stats(z.detach(), y, self.ctx.num_classes, p)
-            rows = self.hp("p") == p
-            self.v[rows] = decay[rows, None] * self.v[rows] + (1 - decay[rows, None]) * st.v.expand(self.h, -1)[rows]
-            self.s_bar[rows] = decay[rows] * self.s_bar[rows] + (1 - decay[rows]) * st.s_bar.expand(self.h)[rows]
+        """Per-step EMA of v_k and ŝ²_k (option ``stats="ema"``) for every class present in the batch, as the
+        authors' code: a class's first batch sets its statistics (until then they are the exact ones of the
+        initial representation), later batches move them by v_k ← d·v_k + (1 − d)·v̂_k (d = ``ema_decay``); classes
+        absent from the batch keep theirs. Masks and ``bincount(minlength=K)``: no host sync."""
+        k = self.ctx.num_classes
+        present = torch.bincount(y, minlength=k) > 0  # [K]
+        decay = self.hp("ema_decay")[:, None]
+        keep = torch.where(self.seen, decay, torch.zeros_like(decay))  # [h, K]: 0 at a class's first batch
+        for p, rows in self.p_rows:
+            st = batch_class_stats(z.detach(), y, k, p)
+            zr = st.v.expand(self.h, -1).index_select(0, rows)
+            sr = st.s2_l2.expand(self.h, -1).index_select(0, rows)
+            kr, on = keep.index_select(0, rows), present[None, :]
+            self.v.index_copy_(0, rows, torch.where(on, kr * self.v.index_select(0, rows) + (1 - kr) * zr,
+                                                    self.v.index_select(0, rows)))
+            self.s2_l2.index_copy_(0, rows, torch.where(on, kr * self.s2_l2.index_select(0, rows) + (1 - kr) * sr,
+                                                        self.s2_l2.index_select(0, rows)))
+        self.seen |= present
+        torch.mean(self.s2_l2, 1, out=self.s_bar)
         self._set_margins()
 
     def _measured(self, batch: Batch) -> torch.Tensor:
@@ -273,17 +324,22 @@ class MR2(Method):
         follow the representation, from epoch to epoch or step to step)."""
         return self.ctx.probe.adapter == "none"
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        ema = self.hparams[0]["stats"] == "ema" and self.ctx.probe.adapter != "none"
-        z = self._measured(batch) if ema or self.uses_rep else batch.rep
-        if ema:
-            self._ema(z, batch.y)
-        loss = logit_margin_ce(batch.logits, batch.y, self.gamma).mean(1)
-        if self.uses_rep:
-            loss = loss + self.hp("lam") * rep_margin_loss(z.expand(self.h, -1, -1), batch.y, self.s_bar, self.tau,
-                                                           reference=self.reference if self.any_reference else False,
-                                                           num_classes=self.ctx.num_classes)
-        return loss
+    def terms(self) -> Terms:
+        """CE(f(x)/γ_y, y): the loss form's scale a = 1/γ_y."""
+        return Terms(scale=self.inv_gamma)
+
+    def before_step(self, batch: Batch) -> None:
+        if self.ema:
+            self._ema(self._measured(batch), batch.y)
+
+    def extra_loss(self, batch: Batch) -> torch.Tensor | None:
+        """λ·ℓ_s̄ (with a trainable adapter and λ > 0 for some head), else None."""
+        if not self.uses_rep:
+            return None
+        z = self._measured(batch)
+        return self.hp("lam") * rep_margin_loss(z.expand(self.h, -1, -1), batch.y, self.s_bar, self.tau,
+                                                reference=self.reference if self.any_reference else False,
+                                                num_classes=self.ctx.num_classes)
 
     def info(self) -> list[dict[str, Any]]:
         return [{"margins": self.gamma[i].tolist(), "variability": self.v[i].tolist(),

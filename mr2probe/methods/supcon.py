@@ -6,7 +6,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._base import METHODS, Batch, Method, per_head_ce
+from ._base import METHODS, Batch, Method
 
 
 def supcon_loss(z: torch.Tensor, y: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
@@ -21,11 +21,9 @@ def supcon_loss(z: torch.Tensor, y: torch.Tensor, temperature: torch.Tensor) -> 
     log_prob = sim - torch.logsumexp(sim.masked_fill(eye, float("-inf")), dim=-1, keepdim=True)
     pos = (y[:, None] == y[None, :]) & ~eye  # [B, B]
     n_pos = pos.sum(1)
-    anchors = n_pos > 0
-    if not bool(anchors.any()):
-        return z.new_zeros(z.shape[0])
+    anchors = (n_pos > 0).to(z.dtype)  # masks, not a selection: no host sync
     mean_pos = log_prob.masked_fill(~pos, 0.0).sum(-1) / n_pos.clamp_min(1)  # [h, B]
-    return -mean_pos[:, anchors].mean(1)
+    return -(mean_pos * anchors).sum(1) / anchors.sum().clamp_min(1)
 
 
 @METHODS.register("supcon", help="supervised contrastive loss on the adapter + CE head on the detached "
@@ -47,6 +45,6 @@ class SupCon(Method):
     needs_adapter = True
     detach_head_input = True
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        z = batch.rep.expand(self.h, -1, -1)
-        return supcon_loss(z, batch.y, self.hp("temperature")) + per_head_ce(batch.logits, batch.y).mean(1)
+    def extra_loss(self, batch: Batch) -> torch.Tensor:
+        """The contrastive term; the CE term is the loss form with no term declared."""
+        return supcon_loss(batch.rep.expand(self.h, -1, -1), batch.y, self.hp("temperature"))

@@ -1,0 +1,212 @@
+"""One loss pass for a whole probe stack: the softmax cross-entropy form that nearly every method is.
+
+Each method *declares* its heads' terms (:class:`Terms`); the stack holds them in a few tables (:class:`LossTables`)
+and evaluates every head's loss in one pass over the logits z [H, B, K]:
+
+    u_hbk = a_h,y_b · z_hbk + o_hk − δ_h,y_b · [k = y_b]                 (scale a, offset o, true-class margin δ)
+    c_hb  = lse_k u_hbk − Σ_k q_hbk u_hbk,   q_hb = (1 − ε_h) e_y_b + ε_h / K         (label smoothing ε)
+    ℓ_h   = (1/B) Σ_b w_hb · ψ_h(c_hb)
+    ψ_h   = focal_γ ∘ gce_q,   gce_q(c) = (1 − e^{−q c}) / q  (q = 0: c),   focal_γ(c) = (1 − e^{−c})^γ · c
+    w_hb  = ω_h,y_b · r_hb      (class weights ω; r from the methods' per-step hooks: JTT, CDB, LfF, the DROs)
+
+with the gradient in closed form, ∂ℓ_h/∂z_hbk = (1/B) · w_hb · ψ′_h(c_hb) · a_h,y_b · (softmax(u_hb)_k − q_hbk):
+the forward reads the logits twice (the scaled logits u, their log-sum-exp), the backward writes the gradient once
+from u. Per-step hooks see c (detached, before ψ) and return the r of their rows, so Group DRO and χ² DRO weigh this
+batch's class losses and LfF compares its two heads' losses between the log-sum-exp and the gradient.
+
+Rows in the second mode, ``sigmoid`` (EQL), take the one-vs-all sigmoid loss instead:
+    ℓ_h = (1/B) Σ_b Σ_k n_hk(b) · BCE(z_hbk, [k = y_b]),   n_hk(b) = 1 − ν_hk · [k ≠ y_b],   ∂ = n (σ(z) − t) / B
+with ν_hk the dropped negative terms (EQL's rare classes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+# (rows, hook): the hook maps the c [H, B] of every row (detached) to the weights r [h, B] of the rows ``rows``
+Hook = tuple[slice, Callable[[torch.Tensor], torch.Tensor]]
+
+
+@dataclass
+class Terms:
+    """What a method declares for its h heads (None: the neutral value; tensors on the training device).
+
+    ``scale`` a: [h] (per head) or [h, K] (per head and true class: MR2's 1/γ_y); ``offset`` o [h, K]; ``margin``
+    δ [h, K] (taken at the true class); ``class_weight`` ω [h, K]; ``smoothing`` ε, ``focal`` γ, ``gce`` q: [h];
+    ``sigmoid``: the heads take the sigmoid mode, ``negatives_dropped`` ν [h, K] (bool) its dropped negatives."""
+
+    scale: torch.Tensor | None = None
+    offset: torch.Tensor | None = None
+    margin: torch.Tensor | None = None
+    class_weight: torch.Tensor | None = None
+    smoothing: torch.Tensor | None = None
+    focal: torch.Tensor | None = None
+    gce: torch.Tensor | None = None
+    sigmoid: bool = False
+    negatives_dropped: torch.Tensor | None = None
+
+
+# rows of LossTables.at_label (taken at the true class) and of LossTables.per_head
+SCALE, MARGIN, WEIGHT = 0, 1, 2
+SMOOTH, FOCAL, GCE = 0, 1, 2
+
+
+class LossTables:
+    """The declared terms of every row of a stack: ``at_label`` [3, H, K] (a, δ, ω: read at the true class with one
+    gather per step), ``offset`` [H, K], ``per_head`` [3, H] (ε, γ, q), ``dropped`` [H, K] (sigmoid rows' ν).
+    Python flags say which terms any row uses, so a stack of plain CE heads computes plain CE. Rows are written in
+    place (:meth:`write`): the tensors a step reads stay the same objects."""
+
+    def __init__(self, heads: int, num_classes: int, device: torch.device | str, dtype: torch.dtype) -> None:
+        self.num_classes = num_classes
+        self.at_label = torch.ones(3, heads, num_classes, device=device, dtype=dtype)
+        self.at_label[MARGIN].zero_()
+        self.offset = torch.zeros(heads, num_classes, device=device, dtype=dtype)
+        self.per_head = torch.zeros(3, heads, device=device, dtype=dtype)
+        self.dropped = torch.zeros(heads, num_classes, device=device, dtype=torch.bool)
+        self.uses: set[str] = set()  # "offset", "margin", "smoothing", "focal", "gce"
+        self.sigmoid: list[slice] = []  # row ranges in the sigmoid mode
+
+    @property
+    def heads(self) -> int:
+        return self.offset.shape[0]
+
+    @torch.no_grad()
+    def write(self, rows: slice, terms: Terms, live: torch.Tensor | None = None) -> None:
+        """Set the rows ``rows`` from ``terms`` (``live``: which of the terms' h rows are in the stack, in order;
+        None: all). Only the terms given are written."""
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t if live is None else t.index_select(0, live.to(t.device))
+
+        k = self.num_classes
+        if terms.scale is not None:
+            s = pick(terms.scale)
+            self.at_label[SCALE, rows] = s if s.ndim == 2 else s[:, None].expand(-1, k)
+        for name, index, t in (("margin", MARGIN, terms.margin), ("class_weight", WEIGHT, terms.class_weight)):
+            if t is not None:
+                self.at_label[index, rows] = pick(t)
+                self.uses.add(name)
+        if terms.offset is not None:
+            self.offset[rows] = pick(terms.offset)
+            self.uses.add("offset")
+        for name, index, t in (("smoothing", SMOOTH, terms.smoothing), ("focal", FOCAL, terms.focal),
+                               ("gce", GCE, terms.gce)):
+            if t is not None:
+                self.per_head[index, rows] = pick(t)
+                self.uses.add(name)
+        if terms.sigmoid:
+            self.at_label[WEIGHT, rows] = 0.0  # the softmax form gives these rows neither loss nor gradient
+            if terms.negatives_dropped is not None:
+                self.dropped[rows] = pick(terms.negatives_dropped)
+            if rows not in self.sigmoid:
+                self.sigmoid.append(rows)
+
+    @torch.no_grad()
+    def select(self, keep: torch.Tensor, sigmoid: Sequence[slice]) -> None:
+        """Keep the rows ``keep`` [h'] (successive halving's survivors); ``sigmoid``: the sigmoid rows after it."""
+        self.at_label = self.at_label.index_select(1, keep)
+        self.offset = self.offset.index_select(0, keep)
+        self.per_head = self.per_head.index_select(1, keep)
+        self.dropped = self.dropped.index_select(0, keep)
+        self.sigmoid = list(sigmoid)
+
+
+def _transform(c: torch.Tensor, gamma: torch.Tensor | None, q: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """ψ(c) and ψ′(c) for ψ = focal_γ ∘ gce_q (module docstring); None for ψ′ = 1 (no transform)."""
+    psi, grad = c, None
+    if q is not None:  # gce_q(c) = −expm1(−q c)/q, gce′ = e^{−q c}; q = 0: c, 1
+        on = q[:, None] > 0
+        e = torch.exp(-q[:, None] * c)
+        psi = torch.where(on, -torch.expm1(-q[:, None] * c) / q[:, None].clamp_min(1e-30), c)
+        grad = torch.where(on, e, torch.ones_like(c))
+    if gamma is not None:  # focal_γ(x) = m^γ x, m = 1 − e^{−x}; focal′ = m^γ + γ m^{γ−1} e^{−x} x
+        g = gamma[:, None]
+        m = (-torch.expm1(-psi)).clamp_min(0)
+        mg = m.pow(g)
+        slope = torch.where((m > 0) & (g > 0), g * m.pow(g - 1) * torch.exp(-psi) * psi, torch.zeros_like(m))
+        outer = mg + slope
+        psi = mg * psi
+        grad = outer if grad is None else outer * grad
+    return psi, grad
+
+
+class _StackCE(torch.autograd.Function):
+    """The per-row losses ℓ [H] of the module docstring and their closed-form gradient with respect to z."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook]) -> torch.Tensor:
+        b, k = z.shape[1], z.shape[2]
+        target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
+        scale, margin, weight = tables.at_label.index_select(2, y).unbind(0)  # [H, B] each
+        uses = tables.uses
+        u = torch.addcmul(tables.offset[:, None, :], scale[..., None], z) if "offset" in uses else z * scale[..., None]
+        if "margin" in uses:
+            u.scatter_add_(2, target, -margin[..., None])
+        lse = torch.logsumexp(u, 2)
+        u_y = u.gather(2, target).squeeze(2)
+        eps = tables.per_head[SMOOTH][:, None] if "smoothing" in uses else None
+        c = lse - u_y if eps is None else lse - (1 - eps) * u_y - eps * u.mean(2)
+        psi, dpsi = _transform(c, tables.per_head[FOCAL] if "focal" in uses else None,
+                               tables.per_head[GCE] if "gce" in uses else None)
+        w = weight
+        if hooks:
+            w = w.clone()
+            for rows, hook in hooks:
+                w[rows].mul_(hook(c))
+        losses = (w * psi).sum(1) / b
+        coef = (w / b) * scale if dpsi is None else (w / b) * dpsi * scale  # ∂ℓ/∂u_hb,· = coef · (softmax − q)
+        for rows in tables.sigmoid:
+            losses[rows] = _sigmoid_rows(z[rows], y, tables.dropped[rows], b)[0]
+        ctx.save_for_backward(z, u, lse, coef, y, eps if eps is not None else lse.new_zeros(0))
+        ctx.sigmoid, ctx.dropped, ctx.k = list(tables.sigmoid), tables.dropped, k
+        return losses
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: torch.Tensor):
+        z, u, lse, coef, y, eps = ctx.saved_tensors
+        c = coef * g[:, None]  # [H, B]
+        grad = u.sub_(lse[..., None]).exp_().mul_(c[..., None])  # c · softmax(u), in u's storage (used once)
+        target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
+        if eps.numel():
+            grad.scatter_add_(2, target, -(c * (1 - eps))[..., None]).sub_((c * eps / ctx.k)[..., None])
+        else:
+            grad.scatter_add_(2, target, -c[..., None])
+        for rows in ctx.sigmoid:
+            grad[rows] = _sigmoid_rows(z[rows], y, ctx.dropped[rows], z.shape[1])[1] * g[rows, None, None]
+        return grad, None, None, None
+
+
+def _sigmoid_rows(z: torch.Tensor, y: torch.Tensor, dropped: torch.Tensor, b: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sigmoid-mode rows: (ℓ [h], ∂ℓ/∂z [h, B, K]) of Σ_k n_k · BCE(z_k, t_k) averaged over the B samples."""
+    t = F.one_hot(y, z.shape[2]).to(z.dtype)  # [B, K]
+    keep = 1.0 - (dropped[:, None, :] & (t == 0)[None]).to(z.dtype)  # n [h, B, K]
+    bce = F.softplus(z) - z * t
+    return (keep * bce).sum((1, 2)) / b, keep * (torch.sigmoid(z) - t) / b
+
+
+def stack_loss(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook] = ()) -> torch.Tensor:
+    """Per-row losses ℓ [H] of logits z [H, B, K] and labels y [B] under ``tables`` (module docstring); the
+    gradient with respect to z is the closed form. ``hooks``: the per-step weights of some rows."""
+    return _StackCE.apply(z, y, tables, list(hooks))
+
+
+def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean of ``values`` [h, B] over the batch samples of each class → (means [h, K], present [K] bool); a class
+    absent from the batch has mean 0 and ``present`` False."""
+    onehot = F.one_hot(y, num_classes).to(values.dtype)  # [B, K]
+    counts = onehot.sum(0)
+    return (values @ onehot) / counts.clamp_min(1), counts > 0
+
+
+def class_mean_weights(q: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Per-sample weights r [h, B] with (1/B) Σ_b r_hb c_hb = Σ_k q_hk · (mean of c over the batch samples of class
+    k): r_hb = B · q_h,y_b / n_y_b, n the batch counts (a class-weighted sum of class means as a batch mean)."""
+    counts = torch.bincount(y, minlength=num_classes).to(q.dtype)  # [K]
+    return (q / counts.clamp_min(1)).index_select(1, y) * y.shape[0]
