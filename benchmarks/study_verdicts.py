@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from mr2probe.atomic import atomic_text
+from mr2probe.csvnames import csv_labels
 from mr2probe.inference import VERDICTS
 from mr2probe.metrics import null_name
 from mr2probe.summary import family_verdicts, is_comparison
@@ -28,7 +29,7 @@ def study_frame(root: Path, skip: list[str]) -> pd.DataFrame:
     ``folder`` and ``cell`` added."""
     frames = []
     for path in sorted(p for p in root.glob("*/summary.csv") if p.parent.name not in skip):
-        df = pd.read_csv(path)
+        df = csv_labels(pd.read_csv(path))  # the tables' labels (ΔHard_q, …) from either CSV naming
         df = df[df["scope"] == "run"].copy()
         df.insert(0, "folder", path.parent.name)
         df.insert(1, "cell", path.parent.name + "/" + df["run"].astype(str))

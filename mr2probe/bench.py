@@ -89,7 +89,7 @@ if TYPE_CHECKING:
 TOP_KEYS = {"description", "datasets", "encoders", "methods", "heads", "seeds", "adapter", "roots", "extract",
             "train", "profiles", "runs", "compare"}
 EXTRACT_KEYS = {"per_class": int, "batch_size": int, "workers": int, "dtype": str, "amp": str, "runtime": str,
-                "device": str}
+                "device": str, "preprocess": str}
 RUN_KEYS = {"name": str, "features": str, "dataset": str, "encoder": str, "head": str, "profile": str,
             "methods": object, "seeds": object, "adapter": str, "train": dict}
 COMPARE_KEYS = {"name": str, "runs": list}
@@ -295,12 +295,23 @@ def _run_name(where: str, name: Any) -> str:
     return name
 
 
-def _encoder_entry(text: str, where: str) -> EncoderEntry:
+def suite_path(text: str, base: Path) -> Path:
+    """A path named in a suite: relative ones are read from the suite file's folder ``base``; when the file is
+    not there but is in the current folder, from there (the shipped suites name ``extract/*.toml`` from the
+    repository root)."""
+    path = Path(text).expanduser()
+    if path.is_absolute():
+        return path
+    beside = base / path
+    return path if not beside.exists() and path.exists() else beside
+
+
+def _encoder_entry(text: str, where: str, base: Path = Path(".")) -> EncoderEntry:
     from .encoders import ENCODERS
     from .recipes import load_recipe
 
     if text.endswith(".toml"):
-        return EncoderEntry(Path(text).stem, load_recipe(text))
+        return EncoderEntry(Path(text).stem, load_recipe(suite_path(text, base)))
     if text not in ENCODERS:
         raise UserError(f"{where}: {text!r} is neither a recipe file (*.toml) nor an encoder; known encoders: "
                         f"{', '.join(ENCODERS.names())}")
@@ -308,7 +319,7 @@ def _encoder_entry(text: str, where: str) -> EncoderEntry:
 
 
 def _run_entry(where: str, data: Any, methods_spec: Any, seeds: list[int], adapter: str,
-               train: dict[str, Any]) -> RunEntry:
+               train: dict[str, Any], base: Path = Path(".")) -> RunEntry:
     """One ``[[runs]]`` table, checked, with the suite's values where it has none."""
     from .datasets import DATASETS
     from .heads import HEADS
@@ -330,10 +341,12 @@ def _run_entry(where: str, data: Any, methods_spec: Any, seeds: list[int], adapt
         features = run["features"].strip()
         if not features:
             raise UserError(f"{where}: features is empty")
+        if ":" not in features.split("/")[0]:  # a file, not a synthetic: / spread: spec
+            features = str(suite_path(features, base))
     else:
         dataset = run["dataset"].strip()
         DATASETS.get(dataset)
-        encoder = _encoder_entry(run["encoder"].strip(), f"{where}: encoder")
+        encoder = _encoder_entry(run["encoder"].strip(), f"{where}: encoder", base)
     adapter = _adapter(where, run.get("adapter", adapter))
     methods, _ = _methods(where, run.get("methods", methods_spec), adapter)
     head = run.get("head", "linear")
@@ -382,8 +395,8 @@ def load_suite(path: str | Path) -> Suite:
     datasets = _names(f"{where}: datasets", data["datasets"]) if "datasets" in data else []
     for d in datasets:
         DATASETS.get(d)
-    encoders = ([_encoder_entry(e, f"{where}: encoders") for e in _names(f"{where}: encoders", data["encoders"])]
-                if "encoders" in data else [])
+    encoders = ([_encoder_entry(e, f"{where}: encoders", path.parent)
+                 for e in _names(f"{where}: encoders", data["encoders"])] if "encoders" in data else [])
     labels = [e.label for e in encoders]
     if len(set(labels)) < len(labels) or len(set(datasets)) < len(datasets):
         raise UserError(f"{where}: a dataset or encoder is listed twice")
@@ -395,7 +408,7 @@ def load_suite(path: str | Path) -> Suite:
         HEADS.get(h)
     seeds = _seeds(where, data.get("seeds", 3))
     train = _train_table(f"{where} [train]", data.get("train", {}))
-    runs = [_run_entry(f"{where} [[runs]]", r, methods_spec, seeds, adapter, train)
+    runs = [_run_entry(f"{where} [[runs]]", r, methods_spec, seeds, adapter, train, path.parent)
             for r in _tables(f"{where}: runs", data.get("runs", []))]
     compares = [_compare(f"{where} [[compare]]", c) for c in _tables(f"{where}: compare", data.get("compare", []))]
     run_datasets = [r.dataset for r in runs if r.dataset]

@@ -17,7 +17,8 @@ from .distributed import init_distributed, rank_world
 from .errors import UserError
 from .settings import TRAIN, Setting, parse_floats
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# rich_markup_mode=None: help text is shown as written ("[float16]" is a default, not a markup tag)
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Linear-probe benchmarks of frozen encoders: extract → train (CE, MR2, baselines) → report.")
 
 
@@ -102,6 +103,8 @@ def extract(
                                           "onnx [auto = onnxruntime when installed]."),
     per_class: Optional[int] = typer.Option(None, "--per-class", help="Stratified subset: at most N samples per "
                                             "class in each split (seeded)."),
+    preprocess: Optional[str] = typer.Option(None, "--preprocess", help="Where images are resized: device (on "
+                                             "the encoder's device; JPEGs decoded there on CUDA) or workers (PIL)."),
     splits: Optional[str] = typer.Option(None, "--splits", help="Comma-separated splits [train,val,test: those "
                                          "the dataset has]."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over instead of resuming / keeping."),
@@ -115,7 +118,7 @@ def extract(
 
     settings = load_recipe(recipe) if recipe else {}
     given = dict(encoder=encoder, batch_size=batch_size, workers=workers, dtype=dtype, amp=amp, runtime=runtime,
-                 per_class=per_class, device=device)
+                 per_class=per_class, device=device, preprocess=preprocess)
     settings.update({k: v for k, v in given.items() if v is not None})
     if not settings.get("encoder"):
         raise UserError("--encoder (or --recipe) is required; see `mr2probe encoders`")
@@ -126,11 +129,9 @@ def extract(
     if splits:
         settings["splits"] = tuple(s.strip() for s in splits.split(",") if s.strip())
     cfg = ExtractConfig(dataset=dataset, out=out, root=root, download=download, weights=weights,
-                        overwrite=overwrite, progress=not quiet, **settings)
+                        overwrite=overwrite, progress=not quiet, say=typer.echo, **settings)
     init_distributed()
-    path = run_extract(cfg)
-    if rank_world()[0] == 0:
-        typer.echo(f"wrote {path}")
+    run_extract(cfg)  # rank 0 says "wrote OUT", "kept the finished file OUT" or where it resumed
 
 
 @app.command()
@@ -195,14 +196,26 @@ def train(
                                       "test untouched): full, longtail:RHO (n_r = n_max·RHO^(−r/(K−1)) over a seeded "
                                       "class order), shots:N (N per class) or fraction:F."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    wide: bool = typer.Option(False, "--wide", help="Print every column of the table, not the compact one."),
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [train] table: the keys of a "
+                                          "suite's [train] (every setting flag below by its name, e.g. lr = [1e-3, "
+                                          "1e-2], plus set = {mr2 = {p = 2}}); flags given on the command line win."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the [train] table this command would "
+                                      "run with (file, flags and defaults merged) and exit without training."),
     settings: dict = None,  # the options of mr2probe.settings.TRAIN (--epochs, --lr, --no-null, ...)
 ) -> None:
     """Train probes with the chosen methods and seeds on cached features; writes results.json and the table
     (under `torchrun --nproc_per_node=N -m mr2probe train ...` the seed stacks are spread over N processes)."""
     from .experiment import config_from_settings, run_experiment
     from .methods import resolve_methods
-    from .report import report_run, terminal_table
+    from .report import clear_rendered, report_run, terminal_table
 
+    settings, params = _with_config_file(config, settings, _method_params(set_))
+    if print_config:
+        from .recipes import train_config_toml
+
+        typer.echo(train_config_toml({**settings, "set": params}), nl=False)
+        return
     if features is None:
         features = default_features()
         typer.echo(f"no --features given: using the bundled file {features}", err=True)
@@ -211,20 +224,47 @@ def train(
         typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
+    if settings["reference"] not in names:
+        typer.echo(f"the reference {settings['reference']} is not among --methods: {names[0]} is the reference "
+                   f"(the groups and every Δ are against it); add {settings['reference']} to --methods, or pass "
+                   f"--reference {names[0]}", err=True)
     groups_on, margin = settings.pop("groups_on"), settings.pop("equivalence_margin")
     cfg = config_from_settings(features, out, names, list(range(seeds)), head, adapter, settings,
-                               _method_params(set_), train_profile, progress=not quiet)
+                               params, train_profile, progress=not quiet)
     init_distributed()
     before = _mtime(out / "results.json")
     run_experiment(cfg)
     if rank_world()[0] != 0:
         return  # under torchrun rank 0 writes and reports the run folder
-    typer.echo(terminal_table(report_run(out, groups_on, margin=margin).summary))
     # a finished folder that already held these results is kept as it is; only its tables are rendered again
     kept = before is not None and before == _mtime(out / "results.json")
-    tables = "table.md (every column), table.csv, table.tex, summary.json"
+    gone = [] if kept else clear_rendered(out)  # plots and report.html of the folder's earlier results
+    typer.echo(terminal_table(report_run(out, groups_on, margin=margin).summary, wide=wide))
+    tables = "table.md (every column), table.csv, table.tex, summary.json, metrics.csv, per_class.csv"
     typer.echo(f"kept {out}/results.json (it already held these results); rendered {tables}" if kept
                else f"wrote {out}/results.json, {tables}")
+    if gone:
+        typer.echo(f"removed {', '.join(gone)} of the earlier results (`mr2probe report {out}` draws the plots "
+                   "again)", err=True)
+
+
+def _with_config_file(config: Path | None, settings: dict, params: dict[str, dict]
+                      ) -> tuple[dict, dict[str, dict]]:
+    """The training settings and ``--set`` parameters with ``--config``'s [train] table under the flags given on
+    the command line (a flag left at its default takes the file's value)."""
+    import click
+    from click.core import ParameterSource
+
+    if config is None:
+        return settings, params
+    from .recipes import load_train_config
+
+    file = load_train_config(config)
+    ctx = click.get_current_context()
+    given = {n for n in settings if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE}
+    merged = {n: (v if n in given or n not in file else file[n]) for n, v in settings.items()}
+    sets = file.get("set", {})
+    return merged, {m: {**sets.get(m, {}), **params.get(m, {})} for m in dict.fromkeys([*sets, *params])}
 
 
 def _mtime(path: Path) -> int | None:
@@ -260,6 +300,8 @@ def report(
                               "embedded PNGs): in the run folder for one run; beside summary.md for several."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots (per_class, groups, variability, "
                                   "tradeoff)."),
+    wide: bool = typer.Option(False, "--wide", help="Print every column of each run's table, not the compact one "
+                              "(table.md and table.csv always hold every column)."),
 ) -> None:
     """Rebuild the tables from results.json without training: table.md / table.csv / table.tex (mean ± std over
     seeds, best per column in bold) and summary.json in every run folder, plus per_class.png, groups.png,
@@ -267,7 +309,8 @@ def report(
     from .report import run_report
 
     margin = TRAIN["equivalence_margin"].check_value(equivalence_margin, "--equivalence-margin")
-    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null, margin=margin))
+    typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null, margin=margin,
+                          wide=wide))
 
 
 @app.command()
@@ -318,10 +361,10 @@ def bench(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     report_only: bool = typer.Option(False, "--report-only", help="No extraction or training: report every run "
                                      "folder that has a results.json again with the current protocol (tables "
-                                     "and plots, no report.html), then the \\[\\[compare]] files and summary.md."),
+                                     "and plots, no report.html), then the [[compare]] files and summary.md."),
 ) -> None:
-    """Run a benchmark suite: extract, train and report every dataset × encoder × head and every \\[\\[runs]]
-    entry, then the \\[\\[compare]] files and summary.md; a cell or run whose data, weights or features are missing
+    """Run a benchmark suite: extract, train and report every dataset × encoder × head and every [[runs]]
+    entry, then the [[compare]] files and summary.md; a cell or run whose data, weights or features are missing
     is skipped with one line (under `torchrun --nproc_per_node=N -m
     mr2probe bench ...` every extraction and every run is spread over N processes; rank 0 reports)."""
     from .bench import load_suite, run_suite
@@ -367,10 +410,13 @@ def predict(
     device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
 ) -> None:
     """Apply the head selected on val of every (method, seed) of a run to a feature file's split."""
-    from .predict import agreement_with_run, predict_run, write_predictions
+    from .predict import agreement_with_run, methods_without_heads, predict_run, write_predictions
 
     df = predict_run(run_dir, features, split, device)
     typer.echo(f"wrote {write_predictions(df, out)}: {len(df)} rows × {len(df.columns) - 2} heads")
+    if missing := methods_without_heads(run_dir, df):
+        typer.echo(f"not predicted: {', '.join(missing)} (no saved head: exact probes are fitted by scikit-learn and "
+                   "not kept; their test predictions are in the run's predictions.npz)", err=True)
     if split == "test" and (agree := agreement_with_run(run_dir, df)) is not None:
         typer.echo(f"against the run's own test predictions: {int((agree == 1).sum())} of {len(agree)} heads "
                    f"identical; least agreement {agree.min():.2%} ({agree.idxmin()}), "

@@ -263,6 +263,12 @@ def read_source(src: str | Path, class_names: list[str] | None = None) -> Import
             why = (f"the class names list {k} classes: labels and class names disagree" if names is not None
                    else "labels must be class indices 0..K-1")
             raise UserError(f"{src}: split {s!r} has labels outside [0, {k}) (min {lo}, max {hi}); {why}")
+    empty = np.flatnonzero(np.bincount(splits["train"].labels, minlength=k) == 0)
+    if len(empty):
+        shown = ", ".join(str(c) if names is None else f"{c} ({names[c]})" for c in empty[:5])
+        more = f" and {len(empty) - 5} more" if len(empty) > 5 else ""
+        raise UserError(f"{src}: class{'es' * (len(empty) > 1)} {shown}{more} of the {k} classes have no train rows; "
+                        "a probe cannot learn a class it never sees (drop it and relabel 0..K-1, or add its rows)")
     return Imported(splits=splits, class_names=names, kind=kind)
 
 

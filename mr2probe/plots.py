@@ -18,6 +18,7 @@ near-black, the null control grey ("no effect").
 """
 from __future__ import annotations
 
+import textwrap
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .atomic import atomic_write
+from .csvnames import csv_labels
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -352,8 +354,10 @@ def plot_variability(s: Summary, results: dict[str, Any], path: Path) -> Path | 
     ax.grid(alpha=0.4)
     rho_text = (f"Spearman r_s = {rho:+.2f} (p = {p:.2g})" if np.isfinite(rho)
                 else "Spearman r_s undefined (constant input)")
-    fig.suptitle(f"Do hard classes vary more? {rho_text}, K = {len(v)}\n{s.title}; ρ < 0 supports MR2's premise"
-                 + (f"; hard classes ({_ranked_on(s)}) in bold" if len(v) <= 30 else ""), fontsize=10)
+    subtitle = f"{s.title}; ρ < 0 supports MR2's premise" + (f"; hard classes ({_ranked_on(s)}) in bold"
+                                                                if len(v) <= 30 else "")
+    fig.suptitle(f"Do hard classes vary more? {rho_text}, K = {len(v)}\n" + "\n".join(textwrap.wrap(subtitle, 110)),
+                 fontsize=10)
     return _save(fig, path)
 
 
@@ -477,9 +481,11 @@ def _place_labels(fig: Figure, ax: Any, xy: np.ndarray, labels: list[str], avoid
 
 
 def plot_across_runs(numbers: Any, path: Path) -> tuple[Path, int]:
-    """Forest plot of the summary across runs (:func:`~mr2probe.summary.cross_run` rows): per run a band, in it one
-    row per method other than the run's reference with its mean ΔHard (points, paired by seed) and the bootstrap
-    95% CI as a bar; the null control grey, 0 dashed. Returns the path and the number of rows drawn."""
+    """Forest plot of the summary across runs (:func:`~mr2probe.summary.cross_run` rows, or summary.csv read back):
+    per run a band, in it one row per method other than the run's reference with its mean ΔHard (points, paired by
+    seed) and its 95% CI (the tables' two-stage SE with Student t, :mod:`~mr2probe.inference`) as a bar; the null
+    control grey, 0 dashed. Returns the path and the number of rows drawn."""
+    numbers = csv_labels(numbers)
     rows = numbers[(numbers["method"] != numbers["reference"]) & numbers["ΔHard"].notna()]
     runs = list(dict.fromkeys(rows["run"]))
     methods = list(dict.fromkeys(m for m in rows["method"] if "(null)" not in m))
@@ -504,7 +510,10 @@ def plot_across_runs(numbers: Any, path: Path) -> tuple[Path, int]:
         y -= 0.5
     ax.axvline(0, color="0.3", lw=0.8, ls="--")
     ax.set_yticks(ticks, labels, fontsize=7)
-    ax.set_xlabel("ΔHard (points) vs each run's reference, mean over seeds; bar: 95% bootstrap CI")
+    ax.set_xlabel("ΔHard (points) vs each run's reference, mean over seeds; bar: 95% CI (two-stage SE, t)")
+    ax.set_title(f"ΔHard of every method against its run's reference ({len(runs)} run{'s' * (len(runs) != 1)})"
+                 + ("; grey: null control" if rows["method"].str.contains("(null)", regex=False).any() else ""),
+                 fontsize=10, loc="left")
     ax.set_ylim(min(y + 0.5, -0.5), 0.5)
     ax.grid(axis="x", color="0.92")
     return _save(fig, path), len(rows)

@@ -68,6 +68,17 @@ def predict_run(run_dir: str | Path, features: str | Path, split: str = "test", 
     return pd.DataFrame({"index": sp.index, "label": sp.labels, **cols})
 
 
+def methods_without_heads(run_dir: str | Path, df: pd.DataFrame) -> list[str]:
+    """The run's methods (results.json) that have no column in ``df``: no head was saved for them (the exact probes
+    logreg and knn are fitted by scikit-learn, not kept as heads), so ``predict`` cannot apply them."""
+    path = Path(run_dir) / "results.json"
+    if not path.is_file():
+        return []
+    methods = dict.fromkeys(r["method"] for r in json.loads(path.read_text()).get("runs", []))
+    have = {c.rsplit("/", 1)[0] for c in df.columns if c not in ("index", "label")}
+    return [m for m in methods if m not in have]
+
+
 def agreement_with_run(run_dir: str | Path, df: pd.DataFrame) -> pd.Series | None:
     """Per "method/seed", the fraction of test images on which ``df`` (from :func:`predict_run` on a test split)
     predicts what the run itself predicted (its predictions.npz): 1.0 for every head on the run's own features,

@@ -30,6 +30,7 @@ import io
 import json
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,6 +40,7 @@ import pandas as pd
 
 from . import predfile
 from .atomic import atomic_text
+from .csvnames import csv_labels, csv_name  # noqa: F401 (csv_labels: the readers' inverse)
 from .errors import UserError
 from .jsonfile import atomic_json
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
@@ -50,7 +52,14 @@ CI_COLUMNS = [f"{c} 95% CI" for c in CI_NAMES]  # the CI columns, one per Summar
 SHOWN_CI = [f"{c} 95% CI" for c in ("All", "Hard", "ΔHard", "ΔEasy", "ΔAll")]  # the CIs in the markdown table
 Q_COLUMN, VERDICT_COLUMN = "ΔHard q", "verdict"  # BH q of ΔHard over the table's methods; its verdict
 PLOT_FILES = ["per_class.png", "groups.png", "variability.png", "tradeoff.png"]
+RUN_FILES = ["table.md", "table.csv", "table.tex", "summary.json", "metrics.csv", "per_class.csv"]
 SUMMARY_DIGITS = 6  # summary.json holds derived statistics: six significant digits
+PROTOCOL_DOC = "docs/protocol.md"  # the protocol page, in the mr2probe source tree
+DELTA_CI = "ΔHard [95% CI]"  # the compact tables' ΔHard with its CI in one cell
+Q_SHORT = "q"  # the compact tables' name of the ΔHard q
+SHORT_NAMES = {Q_COLUMN: Q_SHORT}
+COMPACT = ["All", "Hard", "Worst", DELTA_CI, VERDICT_COLUMN, Q_SHORT]  # what a person reads first
+BEST_OF = {DELTA_CI: "ΔHard"}  # compact cells marked bold by the column they show
 
 
 def load_results(run_dir: str | Path) -> dict[str, Any]:
@@ -97,15 +106,20 @@ def _fmt(m: float, sd: float, signed: bool) -> str:
     return text if not np.isfinite(sd) else f"{text} ± {sd:.2f}"
 
 
-def cell(s: Summary, method: str, col: str) -> str:
-    """One displayed cell of any table column: "m ± sd", a CI "[lo, hi]", Sig "up / down", "—" for the
-    reference's Δ and Sig cells, "" where the method has no value (an instrument without test predictions)."""
-    if method == s.reference and (col.startswith("Δ") or col in (SIG_COLUMN, VERDICT_COLUMN)):
+def cell(s: Summary, method: str, col: str, sd: bool = True) -> str:
+    """One displayed cell of any table column: "m ± sd" (``sd`` False: "m"), a CI "[lo, hi]", ΔHard with its CI
+    "m [lo, hi]", Sig "up / down", "—" for the reference's Δ, Sig, verdict and q cells, "" where the method has no
+    value (an instrument without test predictions)."""
+    if method == s.reference and (col.startswith("Δ") or col in (SIG_COLUMN, VERDICT_COLUMN, Q_SHORT)):
         return "—"
     if col in CI_COLUMNS:
         v = s.ci.get(method, {}).get(col.replace(" 95% CI", ""))
         return f"[{v[0]:.1f}, {v[1]:.1f}]" if v else ""
-    if col == Q_COLUMN:
+    if col == DELTA_CI:
+        mean = cell(s, method, "ΔHard", sd=False)
+        ci = cell(s, method, "ΔHard 95% CI") if s.ci else ""
+        return f"{mean} {ci}".strip()
+    if col in (Q_COLUMN, Q_SHORT):
         q = s.q(method)
         return "" if q is None else (f"{q:.3f}" if q >= 0.001 else "<0.001")
     if col == VERDICT_COLUMN:
@@ -115,19 +129,24 @@ def cell(s: Summary, method: str, col: str) -> str:
         return f"{counts[0]} / {counts[1]}" if counts else ""
     if col not in s.mean[method]:
         return ""
-    return _fmt(s.mean[method][col], s.std[method][col], col in DELTA_COLUMNS)
+    return _fmt(s.mean[method][col], s.std[method][col] if sd else float("nan"), col in DELTA_COLUMNS)
 
 
 def table_columns(s: Summary) -> list[str]:
     return COLUMNS + DELTA_COLUMNS + s.instrument_columns() + (SHOWN_CI if s.ci else []) + [Q_COLUMN, VERDICT_COLUMN]
 
 
-def shown(s: Summary, cols: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The displayed table: cells as text (:func:`cell`) and the bold mask (:meth:`Summary.best`), one row per
-    method, index ``method``."""
+def compact_columns(s: Summary) -> list[str]:
+    """The compact table's columns (:data:`COMPACT`), ΔHard without its CI where the run has no CIs."""
+    return [("ΔHard" if c == DELTA_CI and not s.ci else c) for c in COMPACT]
+
+
+def shown(s: Summary, cols: Sequence[str], sd: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The displayed table: cells as text (:func:`cell`; ``sd`` False: means without "± SD") and the bold mask
+    (:meth:`Summary.best`), one row per method, index ``method``."""
     idx = pd.Index(s.methods, name="method")
-    text = pd.DataFrame({c: [cell(s, m, c) for m in s.methods] for c in cols}, index=idx, dtype=object)
-    best = {c: s.best(c) for c in cols}
+    text = pd.DataFrame({c: [cell(s, m, c, sd) for m in s.methods] for c in cols}, index=idx, dtype=object)
+    best = {c: s.best(BEST_OF.get(c, c)) for c in cols}
     bold = pd.DataFrame({c: [m in best[c] for m in s.methods] for c in cols}, index=idx, dtype=bool)
     return text, bold
 
@@ -138,11 +157,21 @@ def markdown_table(text: pd.DataFrame, bold: pd.DataFrame) -> str:
 
 
 def html_table(text: pd.DataFrame, bold: pd.DataFrame) -> str:
-    """An HTML table of the displayed cells (index as the first column), every cell escaped, bold as ``<b>``."""
+    """An HTML table of the displayed cells (index as the first column), every cell escaped, bold as ``<b>``, each
+    verdict in a ``<span class="v-VERDICT">`` (coloured by the page's style)."""
     esc = text.map(lambda v: html.escape(str(v)))
+    for c in esc.columns:
+        if str(c).startswith(VERDICT_COLUMN):
+            esc[c] = [f"<span class='v-{v}'>{v}</span>" if v.isalpha() else v for v in esc[c]]
     esc = esc.mask(bold, "<b>" + esc + "</b>").reset_index()
-    esc.columns = [html.escape(str(c)) for c in esc.columns]
+    esc.columns = [html.escape(SHORT_NAMES.get(str(c), str(c))) for c in esc.columns]
     return esc.to_html(index=False, escape=False, border=0)
+
+
+def html_text(line: str) -> str:
+    """One line of prose as HTML: escaped, `code` as ``<code>``, [text](link) as a link."""
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
+    return re.sub(r"\[([^]]+)\]\(([^)]+)\)", r"<a href='\2'>\1</a>", out)
 
 
 def footnotes(s: Summary) -> list[str]:
@@ -274,10 +303,87 @@ def inference_line(s: Summary) -> str:
             f"else TOST at ±{s.margin:g} points: equivalent; else inconclusive): {told}{null}")
 
 
-def to_markdown(s: Summary) -> str:
+VERDICT_MEANING = {"better": "q < 0.05", "worse": "q < 0.05", "equivalent": "TOST at ±{m:g}",
+                   "inconclusive": "neither"}
+
+
+def protocol_link(where: Path | None) -> str | None:
+    """The protocol page relative to the folder ``where`` (a link that works in the source tree, e.g. on GitHub),
+    or None when ``where`` is not inside the source tree that holds :data:`PROTOCOL_DOC` (an installed package)."""
+    doc = Path(__file__).resolve().parents[1] / PROTOCOL_DOC
+    if where is None or not doc.is_file():
+        return None
+    try:
+        Path(where).resolve().relative_to(doc.parents[1])
+    except ValueError:
+        return None
+    return Path(os.path.relpath(doc, Path(where).resolve())).as_posix()
+
+
+def legend(s: Summary, link: str | None = None, sd: bool = True) -> list[str]:
+    """Three short lines read with the compact table: units and groups; the verdicts present and what each means;
+    the null control and where the rest is (``link``: the protocol page, else its path in the source). ``sd``
+    False: the table shows means only."""
+    verdicts = list(dict.fromkeys(v for m in s.methods if m != s.reference and (v := s.verdict(m))))
+    told = ", ".join(f"{v} ({VERDICT_MEANING[v].format(m=s.margin)})" if v in VERDICT_MEANING else v
+                     for v in verdicts) or "none"
+    null = f"{s.null}: {s.reference} on other seeds (no effect). " if s.null else ""
+    page = f"[protocol]({link})" if link else PROTOCOL_DOC
+    return [f"% of test, mean{' ± SD' if sd else ''} over seeds; Hard: the {len(s.groups.hard)} classes "
+            f"{s.reference} gets lowest on {s.group_on}; Δ = method − {s.reference}, paired by seed",
+            f"ΔHard with its 95% CI; {Q_SHORT}: Benjamini–Hochberg q; verdicts: {told}",
+            f"{null}Every column: --wide, table.md, table.csv; definitions: {page}"]
+
+
+def to_markdown(s: Summary, link: str | None = None) -> str:
+    """table.md: the title, the :func:`legend` (``link``: the protocol page), every column, then the lines under
+    the table and how the table was made (:meth:`Summary.header`)."""
     text, bold = shown(s, table_columns(s))
-    return "\n".join([f"**{s.title}** — {s.header()}; best per column in bold", "", markdown_table(text, bold), ""]
-                     + footnotes(s)) + "\n"
+    lines = [f"**{s.title}** — best per column in bold", ""] + [x + "  " for x in legend(s, link)]
+    return "\n".join(lines + ["", markdown_table(text, bold), ""] + footnotes(s)
+                     + [f"How this table was made: {s.header()}"]) + "\n"
+
+
+def _replicates(s: Summary, results: dict[str, Any], method: str) -> pd.DataFrame:
+    """``seed`` and ``episode`` of the method's replicates, in the order of the Summary's per-seed arrays (the
+    order of results.json)."""
+    runs = [r for r in results["runs"] if r["method"] == method]
+    return pd.DataFrame({"seed": [r["seed"] for r in runs], "episode": [int(r.get("episode", 0)) for r in runs]})
+
+
+def metrics_long(s: Summary, results: dict[str, Any], run: str) -> pd.DataFrame:
+    """metrics.csv: one row per (run, method, seed, episode, metric) with the replicate's value of every mean ± SD
+    column of the table (points of %; Δs paired with the reference's replicate of the same index), metric names
+    as in table.csv (:func:`csv_name`)."""
+    frames = []
+    for m in s.methods:
+        wide = pd.DataFrame(s.per_seed[m]).rename(columns=csv_name)
+        wide = pd.concat([_replicates(s, results, m), wide], axis=1).assign(run=run, method=m)
+        frames.append(wide.melt(id_vars=["run", "method", "seed", "episode"], var_name="metric"))
+    return pd.concat(frames, ignore_index=True).dropna(subset=["value"])
+
+
+def per_class_long(s: Summary, results: dict[str, Any], run: str) -> pd.DataFrame:
+    """per_class.csv: one row per (run, method, seed, episode, class, split, metric): ``accuracy`` on test and on
+    val (from results.json) and, with test predictions, ``precision`` and ``prediction_rate`` (#predicted / #test)
+    on test, all in points of %; ``class_name`` beside the class index."""
+    k = len(s.class_names)
+    frames = []
+    for m in s.methods:
+        reps = _replicates(s, results, m)
+        runs = [r for r in results["runs"] if r["method"] == m]
+        arrays = {("test", "accuracy"): s.acc[m],
+                  ("val", "accuracy"): np.array([r.get("val_per_class_acc") or [np.nan] * k for r in runs], float)}
+        if m in s.precision:
+            arrays |= {("test", "precision"): s.precision[m], ("test", "prediction_rate"): s.pred_rate[m]}
+        for (split, metric), a in arrays.items():
+            df = pd.DataFrame(100 * np.asarray(a, dtype=float), columns=range(k)).join(reps)
+            df = df.melt(id_vars=["seed", "episode"], var_name="class").assign(split=split, metric=metric)
+            frames.append(df.assign(run=run, method=m))
+    df = pd.concat(frames, ignore_index=True).dropna(subset=["value"])
+    df["class"] = df["class"].astype(int)
+    df.insert(0, "class_name", np.asarray(s.class_names, dtype=object)[df["class"]])
+    return df[["run", "method", "seed", "episode", "class", "class_name", "split", "metric", "value"]]
 
 
 def to_csv(s: Summary) -> str:
@@ -323,30 +429,44 @@ def to_html_table(s: Summary) -> str:
     return html_table(*shown(s, table_columns(s)))
 
 
-COMPACT_COLUMNS = ["All", "Hard", "Worst", "ΔHard", "ΔEasy", "ΔHard 95% CI", Q_COLUMN, VERDICT_COLUMN, "HardPrec",
-                   "Sig↑/↓"]
+TERMINAL_WIDTH = 100  # the compact terminal table fits in this many characters
 
 
-def terminal_table(s: Summary, width: int = 200) -> str:
-    """The columns a person reads first (All, Hard, Worst, ΔHard, ΔEasy, the ΔHard CI and, with predictions,
-    HardPrec and Sig↑/↓) as a compact rich table, best in bold; the files keep every column."""
+def terminal_table(s: Summary, width: int = TERMINAL_WIDTH, wide: bool = False) -> str:
+    """The compact table (:data:`COMPACT`: All, Hard, Worst, ΔHard [95% CI], verdict, q) as plain text, best in
+    bold, the minimum detectable ΔHard and the reference's warnings under it, then the :func:`legend`. All, Hard and
+    Worst lose their "± SD" when the table would be wider than ``width``. ``wide``: every column of table.md
+    (no width limit). The files keep every column."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    cols = [c for c in COMPACT_COLUMNS if c in table_columns(s)]
-    text, bold = shown(s, cols)
+    def render(cols: list[str], sd: bool) -> list[str]:
+        text, bold = shown(s, cols, sd)
+        table = Table(title=s.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+        table.add_column("method", no_wrap=True)
+        for c in cols:
+            table.add_column(SHORT_NAMES.get(c, c), justify="left" if c == VERDICT_COLUMN else "right", no_wrap=True)
+        for m in s.methods:
+            table.add_row(m, *[f"[bold]{v}[/bold]" if b else v for v, b in zip(text.loc[m], bold.loc[m])],
+                          style="dim" if m == s.null else None)
+        console = Console(file=io.StringIO(), width=10_000, color_system=None, highlight=False)
+        console.print(table)
+        return [line.rstrip() for line in console.file.getvalue().splitlines()]
+
+    if wide:
+        lines = render(table_columns(s), True)
+    else:
+        lines = render(compact_columns(s), True)
+        if max(map(len, lines[1:])) > width:
+            lines = render(compact_columns(s), False)
     under_fit = reference_check_line(s) if (s.reference_check or {}).get("under_fit") else None
-    caption = "\n".join(x for x in (mde_line(s), reference_edge_warning(s), under_fit) if x)
-    table = Table(title=s.title, caption=caption, title_justify="left", caption_justify="left")
-    table.add_column("method", no_wrap=True)
-    for c in cols:
-        table.add_column(c, justify="right", no_wrap=True)
-    for m in s.methods:
-        table.add_row(m, *[f"[bold]{v}[/bold]" if b else v for v, b in zip(text.loc[m], bold.loc[m])],
-                      style="dim" if m == s.null else None)
-    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
-    console.print(table)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
+    notes = [x for x in (mde_line(s), reference_edge_warning(s), under_fit) if x]
+    notes += legend(s, sd=wide or " ± " in "".join(lines))
+    wrap = max(width, max(map(len, lines[1:])))
+    for note in notes:
+        lines += textwrap.wrap(note, wrap, subsequent_indent="  ")
+    return "\n".join(lines) + "\n"
 
 
 def to_html_confusions(s: Summary) -> str:
@@ -396,7 +516,7 @@ def report_run(run_dir: str | Path, group_on: str = "val", plots: bool = False, 
     results = load_results(run_dir)
     s = summarize(results, load_predictions(run_dir), group_on, null, margin)
     hard = [s.class_names[i] for i in s.groups.hard]
-    md = to_markdown(s) + f"\nHard classes ({s.reference}, ranked on {group_on}"
+    md = to_markdown(s, protocol_link(run_dir)) + f"\nHard classes ({s.reference}, ranked on {group_on}"
     md += f", first half): {', '.join(hard)}; second half: " \
           f"{', '.join(s.class_names[i] for i in s.folds[1].groups.hard)}\n" if group_on == "crossfit" else \
         f"): {', '.join(hard)}\n"
@@ -406,6 +526,8 @@ def report_run(run_dir: str | Path, group_on: str = "val", plots: bool = False, 
     atomic_text(run_dir / "table.md", md)
     atomic_text(run_dir / "table.csv", to_csv(s))
     atomic_text(run_dir / "table.tex", to_latex(s))
+    atomic_text(run_dir / "metrics.csv", to_csv_numbers(metrics_long(s, results, run_dir.name)))
+    atomic_text(run_dir / "per_class.csv", to_csv_numbers(per_class_long(s, results, run_dir.name)))
     atomic_json(run_dir / "summary.json", s.as_dict(), digits=SUMMARY_DIGITS)
     written, notes = [], []
     if plots:
@@ -414,8 +536,21 @@ def report_run(run_dir: str | Path, group_on: str = "val", plots: bool = False, 
         written, notes = write_plots(s, results, run_dir)
     rep = RunReport(run_dir, s, md, written, notes, hard)
     if html_file:
-        atomic_text(run_dir / "report.html", to_html([rep]))
+        atomic_text(run_dir / "report.html", to_html([rep], where=run_dir))
     return rep
+
+
+def clear_rendered(run_dir: str | Path) -> list[str]:
+    """Delete what the report renders from results.json beyond the tables (the PNG plots, report.html): called when
+    a run folder gets new results, so no page or plot of the old ones stays beside them. Returns the names
+    deleted."""
+    gone = []
+    for name in PLOT_FILES + ["report.html"]:
+        path = Path(run_dir) / name
+        if path.is_file():
+            path.unlink()
+            gone.append(name)
+    return gone
 
 
 # ---- across runs -------------------------------------------------------------------------------------------
@@ -478,15 +613,15 @@ def cross_run_summary(items: Sequence[tuple[str, Summary]]) -> CrossRun:
     texts, bolds = [], []
     for label, s in items:
         text, bold = shown(s, cols)
-        text.insert(0, "encoder", s.encoder)
-        text.insert(0, "dataset", s.dataset)
-        bold.insert(0, "encoder", False)
-        bold.insert(0, "dataset", False)
+        for name, value in (("head", s.head), ("encoder", s.encoder), ("dataset", s.dataset)):
+            text.insert(0, name, value)
+            bold.insert(0, name, False)
         run = pd.Index([label] * len(text), name="run")
         texts.append(text.set_index(run, append=True).swaplevel())
         bolds.append(bold.set_index(run, append=True).swaplevel())
     text, bold = pd.concat(texts), pd.concat(bolds)
     numbers = cross_run(items)
+    numbers.insert(numbers.columns.get_loc("encoder") + 1, "head", [s.head for _, s in items for _ in s.methods])
     q_all = numbers["ΔHard_q_all"].to_numpy(dtype=float)
     text["q (all)"] = ["" if not np.isfinite(q) else (f"{q:.3f}" if q >= 0.001 else "<0.001") for q in q_all]
     text["verdict (all)"] = numbers["ΔHard_verdict_all"].to_numpy()
@@ -529,8 +664,9 @@ def cross_run_markdown(cr: CrossRun, links: dict[str, str] | None = None) -> str
 
 
 def to_csv_numbers(df: pd.DataFrame) -> str:
-    """A numbers frame as CSV: 4 decimals, never "-0.0000", empty cells where a value is undefined."""
-    df = df.copy()
+    """A numbers frame as CSV: ASCII column names (:func:`csv_name`), 4 decimals, never "-0.0000", empty cells
+    where a value is undefined."""
+    df = df.rename(columns=csv_name)
     num = df.select_dtypes("float").columns
     df[num] = df[num].round(4) + 0.0
     return df.to_csv(index=False, float_format="%.4f", lineterminator="\n")
@@ -554,18 +690,53 @@ def html_figure(png: Path) -> str:
     return f"<figure><img alt='{html.escape(png.name)}' src='data:image/png;base64,{b64}'></figure>"
 
 
-def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None, cross_plots: Sequence[Path] = ()) -> str:
+HTML_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}"
+            "table{border-collapse:collapse;font-size:13px;margin:.5em 0}"
+            "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right;white-space:nowrap}"
+            "th{position:sticky;top:0;background:#f3f3f3;z-index:1}td:first-child,th:first-child{text-align:left}"
+            ".wide{max-height:80vh;overflow:auto;border:1px solid #eee}.wide table{margin:0}"
+            ".legend{color:#444;font-size:13px;line-height:1.5}.note{color:#a60}details{margin:.6em 0}"
+            "summary{cursor:pointer;color:#235}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
+            ".v-better{color:#17692e;font-weight:600}.v-worse{color:#b01c1c;font-weight:600}"
+            ".v-equivalent{color:#1d4f91}.v-inconclusive{color:#8a6d00}.v-identical{color:#555}"
+            ".v-underpowered{color:#8a4f00}")
+
+
+def _details(summary: str, body: str) -> str:
+    return f"<details><summary>{html.escape(summary)}</summary>{body}</details>"
+
+
+def html_run(rep: RunReport, link: str | None) -> str:
+    """One run's section: the compact table with its legend and warnings, every column and the notes collapsed,
+    the hard classes, their top confusions, notes and plots."""
+    s = rep.summary
+    warn = [x for x in (mde_line(s), reference_edge_warning(s), grid_edge_line(s),
+                        reference_check_line(s) if (s.reference_check or {}).get("under_fit") else None) if x]
+    wide = f"<div class='wide'>{to_html_table(s)}</div>"
+    notes = "".join(f"<p>{html_text(n)}</p>" for n in footnotes(s) + [f"How this table was made: {s.header()}"])
+    return (f"<h2>{html.escape(s.title)}</h2><p class='legend'>"
+            + "<br>".join(html_text(x) for x in legend(s, link)) + "</p>"
+            + html_table(*shown(s, compact_columns(s)))
+            + "".join(f"<p>{html_text(w)}</p>" for w in warn)
+            + _details(f"Every column ({len(table_columns(s))}; best per column in bold)", wide)
+            + _details("How the table was made, and every note under it", notes)
+            + f"<p>Run folder <code>{html.escape(str(rep.run_dir))}</code>. Hard classes: "
+              f"{html.escape(', '.join(rep.hard_classes))}</p>{to_html_confusions(s)}"
+            + "".join(f"<p class='note'>{html.escape(n)}</p>" for n in rep.notes)
+            + "".join(html_figure(p) for p in rep.plots))
+
+
+def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None, cross_plots: Sequence[Path] = (),
+            where: Path | None = None) -> str:
     """One self-contained HTML page: optional summary across runs (the hard-set stability across runs and the
-    ``cross_plots``, e.g. summary.png), then per run its table, the lines under it, the hard classes' top
-    confusions, notes and plots (base64 PNG)."""
-    css = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
-           "font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
-           "th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
-           ".note{color:#a60}")
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>mr2probe report</title><style>{css}</style>"
-             "</head><body><h1>mr2probe report</h1>"]
+    ``cross_plots``, e.g. summary.png), then per run its compact table (:func:`html_run`); ``where``: the folder
+    the page is written to (for the link to the protocol page)."""
+    link = protocol_link(where)
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>mr2probe report</title><style>{HTML_CSS}"
+             "</style></head><body><h1>mr2probe report</h1>"]
     if cross is not None:
-        parts.append(f"<h2>Across runs</h2><p>{html.escape(CrossRun.HEADER)}</p>{html_table(*cross.runs)}"
+        parts.append(f"<h2>Across runs</h2><p class='legend'>{html_text(CrossRun.HEADER)}</p>"
+                     f"<div class='wide'>{html_table(*cross.runs)}</div>"
                      f"<h3>Averages over runs</h3>{html_table(*cross.means)}<ul>"
                      + "".join(f"<li>{html.escape(run)}: {html.escape(line)}</li>" for run, line in cross.mde.items())
                      + "</ul>")
@@ -574,20 +745,14 @@ def to_html(reports: Sequence[RunReport], cross: CrossRun | None = None, cross_p
             parts.append(f"<p>{html.escape(block[1].replace('**', ''))}</p><ul>"
                          + "".join(f"<li>{html.escape(x[2:])}</li>" for x in block[3:]) + "</ul>")
         parts += [html_figure(p) for p in cross_plots]
-    for rep in reports:
-        s = rep.summary
-        parts.append(f"<h2>{html.escape(s.title)}</h2><p>Run folder <code>{html.escape(str(rep.run_dir))}</code>; "
-                     f"{html.escape(s.header())}; best per column in bold.</p>{to_html_table(s)}"
-                     + "".join(f"<p>{html.escape(n)}</p>" for n in footnotes(s))
-                     + f"<p>Hard classes: {html.escape(', '.join(rep.hard_classes))}</p>{to_html_confusions(s)}")
-        parts += [f"<p class='note'>{html.escape(n)}</p>" for n in rep.notes]
-        parts += [html_figure(p) for p in rep.plots]
+    parts += [html_run(rep, link) for rep in reports]
     parts.append("</body></html>\n")
     return "".join(parts)
 
 
 def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: str | Path | None = None,
-               html_file: bool = False, plots: bool = True, null: bool = True, margin: float = 1.0) -> str:
+               html_file: bool = False, plots: bool = True, null: bool = True, margin: float = 1.0,
+               wide: bool = False) -> str:
     """The ``mr2probe report`` command: per-run files, then (several runs or ``summary`` given) the summary across
     runs. Returns the text to print: each run's compact table (:func:`terminal_table`) and what was written. With
     ``html_file``: one run → RUN_DIR/report.html; several → report.html beside the summary files, holding the
@@ -598,8 +763,8 @@ def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: s
     reports = [report_run(d, group_on, plots, html_file and len(dirs) == 1, null, margin) for d in dirs]
     out = []
     for rep in reports:
-        out += [terminal_table(rep.summary).rstrip("\n")] + rep.notes
-        names = ["table.md", "table.csv", "table.tex", "summary.json"] + [p.name for p in rep.plots]
+        out += [terminal_table(rep.summary, wide=wide).rstrip("\n")] + rep.notes
+        names = RUN_FILES + [p.name for p in rep.plots]
         names += ["report.html"] if html_file and len(dirs) == 1 else []
         out.append(f"wrote {rep.run_dir}/{{{','.join(names)}}}")
         out.append("")
@@ -619,6 +784,6 @@ def run_report(run_dirs: Sequence[str | Path], group_on: str = "val", summary: s
             out.append(f"wrote {png}")
         if html_file:
             html_path = md_path.parent / "report.html"
-            atomic_text(html_path, to_html(reports, cross, cross_plots))
+            atomic_text(html_path, to_html(reports, cross, cross_plots, html_path.parent))
             out.append(f"wrote {html_path}")
     return "\n".join(out)

@@ -74,6 +74,7 @@ class Summary:
     null: str | None = None  # the null control's method name, when the run has one
     dataset: str = "?"
     encoder: str = "?"
+    head: str = "?"  # the probe head (results.json's head)
     # instruments from test predictions (empty without predictions.npz); method → ...
     precision: dict[str, np.ndarray] = field(default_factory=dict)  # per-class precision [S, K] (all of test)
     pred_rate: dict[str, np.ndarray] = field(default_factory=dict)  # per-class prediction rate [S, K]
@@ -334,6 +335,7 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     return Summary(list(by_method), reference, folds[0].groups, mean, std, ci, seeds, title, per_seed, accs,
                    rank_acc, list(results["class_names"]), group_on, folds, null_method,
                    dataset=str(prov.get("dataset", "?")), encoder=str(prov.get("encoder", "?")),
+                   head=str(results.get("head", "?")),
                    precision=ins.precision, pred_rate=ins.rate, share=ins.share, confusions=ins.confusions,
                    significance=ins.significance,
                    mde=detectable_delta_hard(inference, null_method),

@@ -1,7 +1,7 @@
 """Results as pandas tables, for notebooks: ``mr2probe.load_results(RUN_DIR | [RUN_DIR, ...])`` gives one row per
-(run, method, seed, class) and ``mr2probe.summarize(RUN_DIR | [...])`` one row per (run, method) with the
-protocol's columns — both read from the same :class:`~mr2probe.summary.Summary` the report renders, so a notebook
-and the committed tables cannot disagree::
+(run, method, seed, class) with accuracies in points of % (as every table shows them) and
+``mr2probe.summarize(RUN_DIR | [...])`` one row per (run, method) with the protocol's columns — both read from the
+same :class:`~mr2probe.summary.Summary` the report renders, so a notebook and the committed tables cannot disagree::
 
     import mr2probe
     df = mr2probe.load_results(["results/offline/mnist-dinov2-s14-linear", "results/offline/mnist-dinov2-s14-cosine"])
@@ -46,7 +46,8 @@ def _summaries(run_dirs: str | Path | Iterable[str | Path], group_on: str, null:
 def load_results(run_dirs: str | Path | Iterable[str | Path], group_on: str = "val", null: bool = True
                  ) -> pd.DataFrame:
     """Long form: one row per (run, method, seed, class) with the run's setting, the hyperparameters chosen (JSON),
-    the class name, its group (hard / medium / easy, ranked as ``group_on``) and its test and val accuracy."""
+    the class name, its group (hard / medium / easy, ranked as ``group_on``) and its test and val accuracy
+    (``test_acc``, ``val_acc``) in points of %, as in every table and summarize()."""
     rows = []
     for label, results, s in _summaries(run_dirs, group_on, null):
         group = np.empty(len(s.class_names), dtype=object)
@@ -55,13 +56,13 @@ def load_results(run_dirs: str | Path | Iterable[str | Path], group_on: str = "v
         for run in results["runs"]:
             if run["method"] not in s.methods:
                 continue
-            val = run.get("val_per_class_acc") or [np.nan] * len(s.class_names)
+            val = np.asarray(run.get("val_per_class_acc") or [np.nan] * len(s.class_names), dtype=float)
             for k, name in enumerate(s.class_names):
                 rows.append({"run": label, **_setting(results), "groups_on": group_on, "method": run["method"],
                              "seed": run["seed"], "episode": run.get("episode", 0),
                              "hparams": json.dumps(run.get("hparams", {}), sort_keys=True), "class": k,
-                             "class_name": name, "group": group[k], "test_acc": run["per_class_acc"][k],
-                             "val_acc": val[k]})
+                             "class_name": name, "group": group[k], "test_acc": 100 * run["per_class_acc"][k],
+                             "val_acc": 100 * val[k]})
     return pd.DataFrame(rows)
 
 

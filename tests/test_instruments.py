@@ -19,6 +19,7 @@ from scipy.stats import binomtest
 
 from conftest import md_rows
 from mr2probe.bench import CellResult, Suite, write_summary
+from mr2probe.csvnames import csv_name
 from mr2probe.metrics import (COLUMNS, DELTA_COLUMNS, bh_qvalues, confusion, exact_mcnemar,
                               hard_instruments, jaccard_matrix, mean_pairwise_jaccard, per_class_accuracy,
                               per_class_paired_test, precision_per_class, prediction_rate, class_share)
@@ -261,11 +262,11 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
            "Jaccard 1.00 over 2 seeds (1 pair)" in rep.markdown
     assert (d / "table.md").read_text() == rep.markdown
 
-    rows = list(csv.DictReader((d / "table.csv").open()))
-    assert {"HardPrec", "HardRate", "HardPrec_sd", "HardRate_sd", "Sig↑", "Sig↓"} <= set(rows[0])
+    rows = list(csv.DictReader((d / "table.csv").open()))  # ASCII names (mr2probe.csvnames)
+    assert {"hard_prec", "hard_rate", "hard_prec_sd", "hard_rate_sd", "sig_up", "sig_down"} <= set(rows[0])
     over = next(r for r in rows if r["method"] == "overpredict")
-    assert over["HardPrec"] == "33.3333" and over["Sig↑"] == "2" and over["Sig↓"] == "4"
-    assert next(r for r in rows if r["method"] == "ce")["Sig↑"] == ""
+    assert over["hard_prec"] == "33.3333" and over["sig_up"] == "2" and over["sig_down"] == "4"
+    assert next(r for r in rows if r["method"] == "ce")["sig_up"] == ""
 
     tex = to_latex(s)
     assert "HardPrec & HardRate & Sig$\\uparrow$/$\\downarrow$" in tex and "Minimum detectable" in tex
@@ -275,7 +276,7 @@ def test_new_columns_in_markdown_csv_latex_html_and_summary_json(tmp_path: Path)
     page = re.sub(r">\s+<", "><", (d / "report.html").read_text())
     assert "<th>HardPrec</th><th>HardRate</th><th>Sig↑/↓</th>" in page and "Minimum detectable ΔHard" in page
     assert "Top confusions of the hard classes" in page and "→ c4: 10 (25.0%)" in page
-    assert page.count("<table") == 2  # the table and the confusions
+    assert page.count("<table") == 3  # the compact table, every column (collapsed) and the confusions
     assert "<th>ce (null)</th>" not in page.split("Top confusions")[1]  # the null control left out there
 
     js = json.loads((d / "summary.json").read_text())
@@ -347,8 +348,9 @@ def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
     assert "HardPrec, HardRate, Sig↑/↓: not shown (no predictions.npz in this run folder)" in rep.markdown
     assert "Minimum detectable ΔHard (80% power, α = 0.05)" in rep.markdown  # from the null's seed spread
     assert s.mde["source"] == "null control"
-    assert next(csv.reader((d / "table.csv").open()))[:3 + 2 * len(COLUMNS + DELTA_COLUMNS)] == (
-        ["method"] + COLUMNS + DELTA_COLUMNS + [f"{c}_sd" for c in COLUMNS + DELTA_COLUMNS] + ["seeds", "groups_on"])
+    cols = [csv_name(c) for c in COLUMNS + DELTA_COLUMNS]
+    assert next(csv.reader((d / "table.csv").open()))[:3 + 2 * len(cols)] == (
+        ["method"] + cols + [f"{c}_sd" for c in cols] + ["seeds", "groups_on"])
     assert "HardPrec &" not in to_latex(s) and "Top confusions" not in to_html([rep])
     js = json.loads((d / "summary.json").read_text())
     assert js["instruments"]["per_class"] == {} and js["instruments"]["test_share"] is None
@@ -359,7 +361,7 @@ def test_runs_without_predictions_still_report(tmp_path: Path) -> None:
     assert "HardPrec" in s.mean["ce"] and "HardPrec" not in s.mean["mixed"] and "mixed" not in s.significance
     row = next(r for r in md_rows(to_markdown(s), "method") if r["method"] == "mixed")
     assert row["HardPrec"] == row["HardRate"] == row["Sig↑/↓"] == "" and row["Hard"]
-    assert next(r for r in csv.DictReader(to_csv(s).splitlines()) if r["method"] == "mixed")["HardPrec"] == ""
+    assert next(r for r in csv.DictReader(to_csv(s).splitlines()) if r["method"] == "mixed")["hard_prec"] == ""
     # a single seed and no predictions: no MDE, said so
     one = write_run(tmp_path / "one", {"ce": [predict(REF)], "mr2": [predict(REF)]}, with_predictions=False)
     assert "Minimum detectable ΔHard (80% power, α = 0.05): not available (needs 2 replicates" in \

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from conftest import run_cli
 from mr2probe.cli import app
+from mr2probe.csvnames import csv_name
 from mr2probe.metrics import COLUMNS, DELTA_COLUMNS
 from mr2probe.plots import DPI
 from conftest import md_rows
@@ -101,9 +102,11 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
     for d in (a, b):
         assert {"table.md", "table.csv", "table.tex", "summary.json"} <= {p.name for p in d.iterdir()}
         header = next(csv.reader((d / "table.csv").open()))
-        cols = COLUMNS + DELTA_COLUMNS
+        cols = [csv_name(c) for c in COLUMNS + DELTA_COLUMNS]
+        assert cols[:2] == ["all", "m_acc"] and "delta_hard" in cols and all(h.isascii() for h in header)
         assert header[:3 + 2 * len(cols)] == ["method"] + cols + [f"{c}_sd" for c in cols] + ["seeds", "groups_on"]
-        assert {"ΔHard_ci_lo", "ΔHard_p", "ΔHard_q", "ΔHard_mde", "ΔHard_p_equiv", "ΔHard_verdict"} <= set(header)
+        assert {"delta_hard_ci_lo", "delta_hard_p", "delta_hard_q", "delta_hard_mde", "delta_hard_p_equiv",
+                "delta_hard_verdict"} <= set(header)
         for name in ("per_class.png", "groups.png", "variability.png", "tradeoff.png"):
             png = d / name
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -115,17 +118,21 @@ def test_cli_report_files_plots_html_and_summary(tmp_path: Path) -> None:
     assert {(x["run"], x["method"]) for x in per_run} == {(r, m) for r in ("linear", "cosine")
                                                           for m in ("ce", "mr2", "mr2_uniform")}
     assert {x["reference"] for x in per_run} == {"ce"} and set(mean) == {"mr2", "mr2_uniform"}
-    run_dh = [float(x["ΔHard"]) for x in per_run if x["method"] == "mr2"]
-    assert float(mean["mr2"]["ΔHard"]) == pytest.approx(np.mean(run_dh), abs=1e-4) and mean["mr2"]["runs"] == "2"
+    assert {x["head"] for x in per_run} == {"linear", "cosine"} and all(h.isascii() for h in rows[0])
+    run_dh = [float(x["delta_hard"]) for x in per_run if x["method"] == "mr2"]
+    assert float(mean["mr2"]["delta_hard"]) == pytest.approx(np.mean(run_dh), abs=1e-4) and mean["mr2"]["runs"] == "2"
     assert run_dh[0] == pytest.approx(15.0) and run_dh[1] == pytest.approx(20.0)  # cosine: mr2 +5 on hard
     md = (tmp_path / "sum.md").read_text()
     runs = {(x["run"], x["method"]): x for x in md_rows(md, "run")}
     assert "mean over 2 runs" in md and runs["cosine", "mr2"]["ΔHard"] == "**+20.00 ± 0.00**"
     assert runs["linear", "mr2"]["dataset"] == "hand_ds" and runs["linear", "ce"]["ΔHard"] == "—"
+    assert runs["cosine", "mr2"]["head"] == "cosine"
     assert md_rows(md, "method")[0]["ΔHard"] == "**+17.50 ± 3.54**"  # averages: mean ± SD over the 2 runs
     page = (tmp_path / "report.html").read_text()
-    # 4 plots per run and the forest plot across runs (summary.png is named after --summary: sum.png)
-    assert page.count("data:image/png;base64,") == 9 and page.count("<table") == 4 and "mr2_uniform" in page
+    # 4 plots per run and the forest plot across runs (summary.png is named after --summary: sum.png); the
+    # across-runs table and its averages, then per run the compact table and every column (collapsed)
+    assert page.count("data:image/png;base64,") == 9 and page.count("<table") == 6 and "mr2_uniform" in page
+    assert page.count("<details><summary>Every column") == 2 and "`" not in page
     assert "alt='sum.png'" in page
     # one run, --no-plots then --html: a report.html in the run folder with its table and 4 images
     r = CliRunner().invoke(app, ["report", str(a), "--html"])

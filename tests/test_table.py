@@ -26,7 +26,9 @@ def test_long_form_and_summary_agree_with_the_report(tmp_path: Path) -> None:
     s = mr2probe.summarize([a, b])
     ref = summarize_run(json.loads((a / "results.json").read_text()))
     row = s[(s["run"] == "linear") & (s["method"] == "mr2")].iloc[0]
-    assert row["Hard"] == pytest.approx(ref.mean["mr2"]["Hard"]) == pytest.approx(100 * hard[("linear", "mr2")])
+    # points of % everywhere: the long form, summarize() and the tables
+    assert row["Hard"] == pytest.approx(ref.mean["mr2"]["Hard"]) == pytest.approx(hard[("linear", "mr2")])
+    assert df["test_acc"].max() == pytest.approx(100.0) and df["val_acc"].max() == pytest.approx(100.0)
     assert row["Hard_sd"] == pytest.approx(np.std([45.0, 50.0], ddof=1)) and row["seeds"] == 2
     assert bool(s[s["method"] == "ce"]["is_reference"].all()) and s.pivot(index="method", columns="head",
                                                                         values="ΔHard").shape == (3, 2)
