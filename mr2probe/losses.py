@@ -171,7 +171,7 @@ class _StackCE(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         z, u, lse, coef, y, eps = ctx.saved_tensors
         c = coef * g[:, None]  # [H, B]
-        grad = u.sub_(lse[..., None]).exp_().mul_(c[..., None])  # c · softmax(u), in u's storage (used once)
+        grad = (u - lse[..., None]).exp_().mul_(c[..., None])  # c · softmax(u)
         target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
         if eps.numel():
             grad.scatter_add_(2, target, -(c * (1 - eps))[..., None]).sub_((c * eps / ctx.k)[..., None])

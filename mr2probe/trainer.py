@@ -499,6 +499,65 @@ class StackStep:
         self.rebuild_tables()
 
 
+def make_context(data: TrainData, probe: ProbeStack, cfg: TrainConfig, v: "_View", seed: int, epochs: int,
+                 log: Callable[[str], None], description: str, quiet: bool = False) -> FitContext:
+    """What a method on the heads of ``v`` may use (:class:`~mr2probe.methods.FitContext`): the data, no-grad
+    passes over its own heads, auxiliary training stages."""
+    n = len(data.y)
+
+    def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        c = chunk_rows(data.x)
+        with torch.no_grad():
+            for i in range(0, n, c):
+                z = probe.represent(data.x[i:i + c], v.sl)
+                yield (z if z.shape[0] == 1 else v.full(z)), data.y[i:i + c]
+
+    def predict(x: torch.Tensor | StreamedFeatures) -> torch.Tensor:
+        c = chunk_rows(x)
+        with torch.no_grad():
+            return v.full(torch.cat([probe.logits(x[i:i + c], v.sl) for i in range(0, len(x), c)], 1))
+
+    def represent_input_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        c = chunk_rows(data.x)
+        with torch.no_grad():
+            for i in range(0, n, c):
+                yield v.full_rep(probe.adapter_output(data.x[i:i + c], v.sl)), data.y[i:i + c]
+
+    def represent_input(idx: torch.Tensor) -> torch.Tensor:
+        return v.full_rep(probe.adapter_output(data.x[idx], v.sl))
+
+    def train_aux(method: str, hparams: list[dict[str, Any]], aux_epochs: int) -> torch.Tensor:
+        aux = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
+        trained = train_stack(data, aux, cfg, log, epochs=aux_epochs, description=f"{description} (stage 1)")
+        return trained.predict(data.x)
+
+    return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
+                      probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
+                      represent_train=represent_train, predict=predict, train_aux=train_aux,
+                      log=(lambda msg: None) if quiet else log,
+                      shared=data.shared, represent_input_train=represent_input_train,
+                      represent_input=represent_input)
+
+
+
+def build_methods(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, probe: ProbeStack, epochs: int,
+                  log: Callable[[str], None], description: str = "train") -> list[tuple[Method, "_View"]]:
+    """One prepared method instance per method slice of ``specs`` (sorted by method, one seed) on ``probe``."""
+    methods: list[tuple[Method, _View]] = []
+    for name, sl in _slices(specs):
+        cls = METHODS.get(name)
+        if cls.needs_adapter and cfg.probe.adapter == "none":
+            raise UserError(f"method {name!r} needs a trainable adapter: pass --adapter linear or mlp")
+        view = _View(g=sl, h=sl.stop - sl.start, sl=sl)
+        m = cls([s.params for s in specs[sl]], make_context(data, probe, cfg, view, specs[0].seed, epochs, log,
+                                                            description))
+        m.name = name
+        methods.append((m, view))
+    for m, _ in methods:
+        m.prepare()
+    return methods
+
+
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
                  epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc") -> TrainedStack:
     """One stack: every head of ``specs`` (sorted by method, one seed) in one product per step; ``bar`` advances by
@@ -524,51 +583,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                        [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
         device=data.x.device, dtype=data.x.dtype)
 
-    def make_ctx(v: _View, quiet: bool = False) -> FitContext:
-        def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            c = chunk_rows(data.x)
-            with torch.no_grad():
-                for i in range(0, n, c):
-                    z = probe.represent(data.x[i:i + c], v.sl)
-                    yield (z if z.shape[0] == 1 else v.full(z)), data.y[i:i + c]
-
-        def predict(x: torch.Tensor | StreamedFeatures) -> torch.Tensor:
-            c = chunk_rows(x)
-            with torch.no_grad():
-                return v.full(torch.cat([probe.logits(x[i:i + c], v.sl) for i in range(0, len(x), c)], 1))
-
-        def represent_input_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            c = chunk_rows(data.x)
-            with torch.no_grad():
-                for i in range(0, n, c):
-                    yield v.full_rep(probe.adapter_output(data.x[i:i + c], v.sl)), data.y[i:i + c]
-
-        def represent_input(idx: torch.Tensor) -> torch.Tensor:
-            return v.full_rep(probe.adapter_output(data.x[idx], v.sl))
-
-        def train_aux(method: str, hparams: list[dict[str, Any]], aux_epochs: int) -> torch.Tensor:
-            aux = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
-            trained = train_stack(data, aux, cfg, log, epochs=aux_epochs, description=f"{description} (stage 1)")
-            return trained.predict(data.x)
-
-        return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
-                          probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
-                          represent_train=represent_train, predict=predict, train_aux=train_aux,
-                          log=(lambda msg: None) if quiet else log,
-                          shared=data.shared, represent_input_train=represent_input_train,
-                          represent_input=represent_input)
-
-    methods: list[tuple[Method, _View]] = []
-    for name, sl in _slices(specs):
-        cls = METHODS.get(name)
-        if cls.needs_adapter and cfg.probe.adapter == "none":
-            raise UserError(f"method {name!r} needs a trainable adapter: pass --adapter linear or mlp")
-        view = _View(g=sl, h=sl.stop - sl.start, sl=sl)
-        m = cls([s.params for s in specs[sl]], make_ctx(view))
-        m.name = name
-        methods.append((m, view))
-    for m, _ in methods:
-        m.prepare()
+    methods = build_methods(data, specs, cfg, probe, epochs, log, description)
 
     lr = torch.tensor([s.params["lr"] for s in specs], dtype=data.x.dtype, device=data.x.device)
     l2 = torch.tensor([s.params.get("l2", 0.0) for s in specs], dtype=data.x.dtype, device=data.x.device)
@@ -592,7 +607,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     def rebuild(m: Method, hparams: list[dict[str, Any]], v: _View) -> Method:
         """A stateless method built again for the heads ``hparams`` (its view already re-pointed to them):
         prepared and brought to the current epoch, it computes their loss as ``m`` did."""
-        fresh = type(m)(hparams, make_ctx(v, quiet=True))
+        fresh = type(m)(hparams, make_context(data, probe, cfg, v, seed, epochs, log, description, quiet=True))
         fresh.name = m.name
         fresh.prepare()
         fresh.on_epoch_start(epoch)
