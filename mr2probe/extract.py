@@ -13,6 +13,14 @@ SIGINT/SIGTERM are turned into ``KeyboardInterrupt`` but held back while a write
 :class:`FeatureWriter`); under torchrun every decision rank 0 takes alone (output kept, lock refused, settings
 mismatch) reaches all ranks, so none hangs.
 
+Preprocessing (``preprocess``): with "device" (the default) the DataLoader workers only read each image's file
+(and, unless it is a JPEG bound for a CUDA device, decode it to uint8 pixels); the main process decodes the JPEGs
+on the CUDA device (nvJPEG, batched), resizes, crops and normalises the batch there (:func:`preprocess_uint8`,
+one call per image size) and encodes it. With "workers" the workers run the encoder's PIL transform as before
+(bit-for-bit the features of files written that way; several times the CPU work per image). The stored
+``preprocessing`` attribute records the pipeline (``"preprocess": "device"``, ``"jpeg_decoder": "nvjpeg"`` on
+CUDA), so a ``.partial`` is resumed only by the pipeline that began it.
+
 Rank 0 buffers encoded rows and writes whole chunks (see :class:`_RowBuffer`); env ``MR2PROBE_FLUSH_SECONDS``
 (default 5, 0 = every batch) bounds how much work a SIGKILL can lose on a slow run. Ctrl-C writes the buffer.
 
@@ -37,7 +45,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
+from PIL import Image
+
 from .datasets import ImageDataset, ImageSplit, build_dataset
+from .datasets._decode import as_byte_tensor, decode_jpegs, decode_rgb, is_jpeg
+from .datasets._torchvision import one_line
 from .encoders import Encoder, build_encoder, cpu_runtime
 from .distributed import init_distributed, local_device, rank_world
 from .errors import UserError
@@ -45,6 +57,10 @@ from .featurestore import SPLITS, FeatureWriter, base_attrs, partial_path, read_
 from .progress import progress_bar
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
+PREPROCESS = {"device": "workers read (and decode) the images; resize, crop and normalisation run batched on the "
+                        "encoder's device, and JPEG decoding too on CUDA",
+              "workers": "the DataLoader workers decode and run the encoder's PIL transform (the older pipeline)"}
+"""Where images are preprocessed during extraction (``preprocess``); the default is the first."""
 
 
 @dataclass
@@ -68,20 +84,131 @@ class ExtractConfig:
     device: str | None = None
     progress: bool = True
     checksum: bool = True  # fletcher32 on every dataset: damaged chunks are detected on read
+    preprocess: str = "device"  # see PREPROCESS
+    say: Callable[[str], None] | None = None  # rank 0's one-line notes (resumed, kept, wrote); None: silent
+
+
+WORKER_OUTPUTS = ("transformed", "pixels", "jpeg")
 
 
 class _Images(Dataset):
-    """Dataset positions → (preprocessed image, label, position)."""
+    """Dataset positions → ((kind, image), label, position), what a DataLoader worker hands over per image.
 
-    def __init__(self, split: ImageSplit, positions: np.ndarray, encoder: Encoder) -> None:
-        self.split, self.positions, self.encoder = split, positions, encoder
+    ``output`` "transformed": the encoder's PIL transform (kind "float", the old pipeline); "pixels": uint8 RGB
+    [3, H, W] (kind "uint8"); "jpeg": a JPEG file's bytes, undecoded (kind "jpeg", 1-D uint8), other images as
+    "pixels". An unreadable image comes back as kind "error" with its one-line message (raised by the main
+    process: an exception raised in a worker reaches the user wrapped in the worker's traceback)."""
+
+    def __init__(self, split: ImageSplit, positions: np.ndarray, encoder: Encoder, output: str = "pixels") -> None:
+        if output not in WORKER_OUTPUTS:
+            raise ValueError(f"output must be one of {WORKER_OUTPUTS}, got {output!r}")
+        self.split, self.positions, self.encoder, self.output = split, positions, encoder, output
 
     def __len__(self) -> int:
         return len(self.positions)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+    def __getitem__(self, i: int) -> tuple[tuple[str, Any], int, int]:
         pos = int(self.positions[i])
-        return self.encoder.transform(self.split.image(pos)), int(self.split.labels[pos]), pos
+        try:
+            item = self._read(pos)
+        except UserError as e:
+            item = ("error", str(e))
+        except (OSError, Image.DecompressionBombError) as e:  # a dataset's own loader (not one of our files)
+            item = ("error", f"cannot read image {pos} of the split: {one_line(e)}")
+        return item, int(self.split.labels[pos]), pos
+
+    def _read(self, pos: int) -> tuple[str, torch.Tensor]:
+        if self.output == "transformed":
+            return "float", self.encoder.transform(self.split.image(pos))
+        data = self.split.raw(pos)
+        if data is None:
+            return "uint8", self.split.pixels(pos)
+        if self.output == "jpeg" and is_jpeg(data):
+            return "jpeg", as_byte_tensor(data)
+        return "uint8", decode_rgb(data, self.split.file(pos))
+
+
+@dataclass
+class _Batch:
+    """One DataLoader batch: labels, positions, and its images stacked by kind and size (``groups``, with the
+    batch ``rows`` each holds) or, JPEGs left for the device to decode, as bytes (``jpegs`` at ``jpeg_rows``).
+    ``error``: the first unreadable image's message (the batch is then not usable)."""
+
+    labels: torch.Tensor
+    pos: torch.Tensor
+    groups: list[torch.Tensor]
+    rows: list[list[int]]
+    jpegs: list[torch.Tensor]
+    jpeg_rows: list[int]
+    error: str | None = None
+
+    def pin_memory(self) -> "_Batch":
+        """Called by a pinning DataLoader: pin the decoded images (nvJPEG reads the JPEG bytes from the host)."""
+        self.groups = [g.pin_memory() for g in self.groups]
+        return self
+
+
+def _collate(samples: list[tuple[tuple[str, Any], int, int]]) -> _Batch:
+    """Stack the images of each kind and size (in a worker: the main process gets a few tensors per batch)."""
+    labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
+    pos = torch.tensor([s[2] for s in samples], dtype=torch.int64)
+    errors = [item[1] for item, _, _ in samples if item[0] == "error"]
+    if errors:
+        return _Batch(labels, pos, [], [], [], [], error=errors[0])
+    shapes: dict[tuple, list[int]] = {}
+    jpegs, jpeg_rows = [], []
+    for row, ((kind, image), _, _) in enumerate(samples):
+        if kind == "jpeg":
+            jpegs.append(image)
+            jpeg_rows.append(row)
+        else:
+            shapes.setdefault((kind, *image.shape), []).append(row)
+    groups = [torch.stack([samples[r][0][1] for r in rows]) for rows in shapes.values()]
+    return _Batch(labels, pos, groups, list(shapes.values()), jpegs, jpeg_rows)
+
+
+def _decode_on_device(batch: _Batch, split: ImageSplit, device: torch.device) -> list[torch.Tensor]:
+    """The batch's JPEGs decoded on ``device`` together; if that fails, one by one, and one the device cannot
+    decode (e.g. a format nvJPEG lacks) on the CPU, which names a corrupt file in a one-line error."""
+    try:
+        return decode_jpegs(batch.jpegs, device)
+    except RuntimeError:
+        pass
+    out = []
+    for data, row in zip(batch.jpegs, batch.jpeg_rows):
+        try:
+            out.append(decode_jpegs([data], device)[0])
+        except RuntimeError:
+            pos = int(batch.pos[row])
+            out.append(decode_rgb(data.numpy().tobytes(), split.file(pos)).to(device))
+    return out
+
+
+def batch_on_device(batch: _Batch, encoder: Encoder, split: ImageSplit) -> torch.Tensor:
+    """The encoder's input for one batch, on its device, rows in batch order: JPEGs decoded there, images
+    grouped by size and preprocessed there (:meth:`Encoder.preprocess`); "transformed" batches only moved."""
+    if batch.error is not None:
+        raise UserError(batch.error)
+    device = encoder.device
+    groups = [g.to(device, non_blocking=True) for g in batch.groups]
+    rows = list(batch.rows)
+    if batch.jpegs:
+        by_shape: dict[tuple, list[int]] = {}
+        decoded = _decode_on_device(batch, split, device)
+        for i, image in enumerate(decoded):
+            by_shape.setdefault(tuple(image.shape), []).append(i)
+        groups += [torch.stack([decoded[i] for i in members]) for members in by_shape.values()]
+        rows += [[batch.jpeg_rows[i] for i in members] for members in by_shape.values()]
+    if groups[0].is_floating_point():  # already transformed by the workers
+        x = torch.cat(groups) if len(groups) > 1 else groups[0]
+    else:
+        x = encoder.preprocess(groups)
+    order = [r for members in rows for r in members]
+    if order == list(range(len(order))):
+        return x
+    out = torch.empty_like(x)
+    out[torch.tensor(order, device=device)] = x
+    return out
 
 
 def stratified_positions(labels: np.ndarray, per_class: int | None, seed: int = 0) -> np.ndarray:
@@ -313,6 +440,21 @@ class _RowBuffer:
             self.last = time.monotonic()
 
 
+def worker_output(preprocess: str, device: torch.device) -> str:
+    """What the DataLoader workers produce (see :class:`_Images`) for a ``preprocess`` setting and device."""
+    if preprocess == "workers":
+        return "transformed"
+    return "jpeg" if device.type == "cuda" else "pixels"
+
+
+def pipeline_attrs(preprocess: str, device: torch.device) -> dict[str, str]:
+    """What the stored ``preprocessing`` attribute adds to the encoder's description for this pipeline (nothing
+    for "workers": files written by the PIL pipeline keep their attribute and resume under it)."""
+    if preprocess == "workers":
+        return {}
+    return {"preprocess": "device", **({"jpeg_decoder": "nvjpeg"} if device.type == "cuda" else {})}
+
+
 def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, writer: FeatureWriter | None,
                   name: str, cfg: ExtractConfig, start: int, interrupts: _Interrupts | None = None,
                   skip: int = 0) -> None:
@@ -326,7 +468,8 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
     critical = interrupts.critical if interrupts is not None else contextlib.nullcontext
     pause = float(os.environ.get("MR2PROBE_TEST_SLEEP_PER_BATCH", "0") or 0)  # test-only, see module doc
     mine = np.concatenate([positions[lo:hi] for lo, hi in blocks])
-    loader = DataLoader(_Images(split, mine, encoder), batch_size=cfg.batch_size, shuffle=False,
+    loader = DataLoader(_Images(split, mine, encoder, worker_output(cfg.preprocess, encoder.device)),
+                        batch_size=cfg.batch_size, shuffle=False, collate_fn=_collate,
                         num_workers=_workers(cfg.workers) if len(mine) else 0,
                         pin_memory=encoder.device.type == "cuda", worker_init_fn=_interrupt_on_sigterm)
     buffer = None
@@ -338,9 +481,9 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
         with progress_bar(f"extract {name}", total=n, completed=start, enabled=cfg.progress and rank == 0) as bar:
             for lo, hi in blocks:
                 if hi > lo:
-                    images, labels, pos = _next_batch(batches)
-                    feats = encoder.encode(images.to(encoder.device, non_blocking=True)).cpu().numpy()
-                    block = (feats, labels.numpy().astype(np.int64), pos.numpy().astype(np.int64))
+                    batch = _next_batch(batches)
+                    feats = encoder.encode(batch_on_device(batch, encoder, split)).cpu().numpy()
+                    block = (feats, batch.labels.numpy(), batch.pos.numpy())
                 else:
                     block = (np.zeros((0, encoder.dim), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
                 parts = _gather(block, world)
@@ -401,7 +544,10 @@ def extract(cfg: ExtractConfig) -> Path:
         raise UserError(f"--per-class must be ≥ 1, got {cfg.per_class}")
     if cfg.runtime not in ("auto", "torch", "onnx"):
         raise UserError(f"--runtime must be auto, torch or onnx, got {cfg.runtime!r}")
+    if cfg.preprocess not in PREPROCESS:
+        raise UserError(f"--preprocess must be one of {', '.join(PREPROCESS)}, got {cfg.preprocess!r}")
     rank, world = _dist()
+    say = cfg.say if cfg.say is not None and rank == 0 else (lambda text: None)
     with contextlib.ExitStack() as stack, _Interrupts() as interrupts:
 
         def claim() -> bool:  # rank 0: keep a finished file, else take the lock (then look again: a
@@ -411,6 +557,7 @@ def extract(cfg: ExtractConfig) -> Path:
             return _keep_existing(out, cfg)
 
         if _share(_on_rank0(claim)):
+            say(f"kept the finished file {out} (the same settings; pass --overwrite to recompute it)")
             return out
         data: ImageDataset = build_dataset(cfg.dataset, cfg.root, cfg.download)
         splits = [s for s in cfg.splits if s in data.splits]
@@ -424,8 +571,8 @@ def extract(cfg: ExtractConfig) -> Path:
             autocast = cfg.amp
 
         def open_writer() -> FeatureWriter:
-            attrs = base_attrs(encoder.name, data.name, data.class_names, encoder.preprocessing,
-                               encoder.weights_sha256)
+            pre = dict(encoder.preprocessing, **pipeline_attrs(cfg.preprocess, encoder.device))
+            attrs = base_attrs(encoder.name, data.name, data.class_names, pre, encoder.weights_sha256)
             attrs["source"] = data.source
             attrs["autocast"] = autocast
             if cfg.per_class is not None:
@@ -453,6 +600,10 @@ def extract(cfg: ExtractConfig) -> Path:
                 return start
 
             start = _share(_on_rank0(begin))
+            if 0 < start < len(positions):
+                say(f"resumed split {s} at row {start} of {len(positions)} (from {partial_path(out)})")
+            elif start and start == len(positions):
+                say(f"kept split {s}: its {start} rows were finished in {partial_path(out)}")
             # resume on the batch grid (rows 0, b, 2b, ...): every batch is then the one an uninterrupted run
             # encodes, so results are bit-identical even where a kernel depends on the batch composition
             aligned = start - start % cfg.batch_size
@@ -465,7 +616,9 @@ def extract(cfg: ExtractConfig) -> Path:
                 writer.finalize()
     if world > 1:
         dist.barrier()
+    say(f"wrote {out}")
     return out
 
 
-__all__ = ["ExtractConfig", "extract", "init_distributed", "partial_path", "stratified_positions"]
+__all__ = ["PREPROCESS", "ExtractConfig", "batch_on_device", "extract", "init_distributed", "partial_path",
+           "stratified_positions", "worker_output"]

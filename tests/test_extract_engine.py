@@ -337,7 +337,7 @@ def test_existing_output_is_kept_not_recomputed(tmp_path, reference, monkeypatch
     monkeypatch.setattr(engine, "build_dataset", boom)
     r = invoke(cli_args(out))
     assert r.exit_code == 0, r.output
-    assert f"wrote {out}" in r.stdout
+    assert f"kept the finished file {out}" in r.stdout and "wrote" not in r.stdout
     assert sha256(out) == before and out.stat().st_mtime_ns == stat.st_mtime_ns
     r = invoke(cli_args(out, "--dtype", "float32"))  # other settings: refuse rather than hand back the old file
     assert r.exit_code == 2 and "already exists with other settings" in r.stderr and "--overwrite" in r.stderr

@@ -2,7 +2,9 @@
 
 An entry is a function ``build(root: Path | None, download: bool) -> ImageDataset`` registered with
 ``@DATASETS.register("name")``. Labels are available without decoding images (``split.labels``), images are
-decoded one at a time (``split.image(i)`` → RGB PIL image) so extraction can shard, resume and stream.
+decoded one at a time (``split.image(i)`` → RGB PIL image) so extraction can shard, resume and stream. A split
+whose images are files also names them (``split.file(i)``): extraction then reads their bytes (``split.raw(i)``)
+and decodes them where it resizes (``split.pixels(i)`` on the CPU, or JPEGs batched on a CUDA device).
 """
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 from PIL import Image
 
 from ..errors import UserError
 from ..registry import Registry
+from ._decode import decode_rgb, pil_pixels
+from ._torchvision import one_line
 
 
 @dataclass
@@ -23,6 +28,7 @@ class ImageSplit:
 
     labels: np.ndarray  # int64 [N]
     load: Callable[[int], Image.Image]  # i -> image (any mode; converted to RGB by image())
+    file: Callable[[int], Path] | None = None  # i -> the file load(i) decodes; None: images held in memory
 
     def __len__(self) -> int:
         return int(len(self.labels))
@@ -30,6 +36,21 @@ class ImageSplit:
     def image(self, i: int) -> Image.Image:
         img = self.load(int(i))
         return img if img.mode == "RGB" else img.convert("RGB")
+
+    def raw(self, i: int) -> bytes | None:
+        """The bytes of image ``i``'s file, undecoded; None when the split holds its images in memory."""
+        if self.file is None:
+            return None
+        path = self.file(int(i))
+        try:
+            return Path(path).read_bytes()
+        except OSError as e:
+            raise UserError(f"cannot read image {path}: {one_line(e)}") from None
+
+    def pixels(self, i: int) -> torch.Tensor:
+        """Image ``i`` as uint8 RGB [3, H, W]: the pixels of ``image(i)``, decoded from ``raw(i)`` when a file."""
+        data = self.raw(i)
+        return pil_pixels(self.image(i)) if data is None else decode_rgb(data, self.file(int(i)))
 
 
 @dataclass

@@ -70,4 +70,5 @@ def folder_split(split_dir: Path, classes: list[str], what: str, require_all: bo
         labels += [index[name]] * len(files)
     if not paths:
         raise UserError(f"{what}: no images in class folders under {split_dir} (expected {split_dir}/<class>/*.jpg)")
-    return ImageSplit(labels=np.asarray(labels, dtype=np.int64), load=lambda i: open_image(split_dir / paths[i]))
+    return ImageSplit(labels=np.asarray(labels, dtype=np.int64), load=lambda i: open_image(split_dir / paths[i]),
+                      file=lambda i: split_dir / paths[i])

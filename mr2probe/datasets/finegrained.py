@@ -3,9 +3,11 @@ Stanford Cars, FGVC-Aircraft and DTD, each with its official splits (val where t
 
 torchvision builds these from annotation files only, so labels are read from its per-sample label lists without
 decoding a single image: ``_labels``, or ``_samples`` for Stanford Cars (private attributes, as of torchvision 0.29;
-a missing one fails loudly). Class names are torchvision's ``classes``; Flowers102 carries the standard 102 flower
-names as a class attribute, and a torchvision without it gets "flower_<i>". ``download=True`` is passed through to
-torchvision, except for Stanford Cars, whose download URL is gone.
+a missing one fails loudly). The image files come from ``_image_files``, ``_images`` or ``_samples`` likewise, so
+extraction can read their bytes and decode them where it resizes (without them it decodes through torchvision).
+Class names are torchvision's ``classes``; Flowers102 carries the standard 102 flower names as a class attribute,
+and a torchvision without it gets "flower_<i>". ``download=True`` is passed through to torchvision, except for
+Stanford Cars, whose download URL is gone.
 """
 from __future__ import annotations
 
@@ -68,8 +70,21 @@ def sample_labels(ds: Any) -> np.ndarray:
     raise TypeError(f"{type(ds).__name__}: no _labels/_samples/targets attribute (torchvision version changed?)")
 
 
+def sample_files(ds: Any) -> list[str] | None:
+    """The image file of every sample of a torchvision dataset (``_image_files``, ``_images`` or, for Stanford
+    Cars, ``_samples``), None when it lists none of them."""
+    for key in ("_image_files", "_images"):
+        if isinstance(getattr(ds, key, None), list):
+            return [str(f) for f in getattr(ds, key)]
+    if isinstance(getattr(ds, "_samples", None), list):
+        return [str(path) for path, _ in ds._samples]
+    return None
+
+
 def _split(ds: Any) -> ImageSplit:
-    return ImageSplit(labels=sample_labels(ds), load=lambda i: ds[i][0])
+    files = sample_files(ds)
+    return ImageSplit(labels=sample_labels(ds), load=lambda i: ds[i][0],
+                      file=None if files is None else lambda i: Path(files[i]))
 
 
 def load_torchvision(spec: _Spec, root: Path | None, download: bool) -> ImageDataset:

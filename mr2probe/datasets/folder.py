@@ -119,7 +119,8 @@ def load_plain_tree(root: Path, name: str, fractions: tuple[float, float, float]
     splits: dict[str, ImageSplit] = {}
     for s, pos in positions.items():
         if len(pos):
-            splits[s] = ImageSplit(labels=whole.labels[pos], load=lambda i, pos=pos: whole.load(int(pos[i])))
+            splits[s] = ImageSplit(labels=whole.labels[pos], load=lambda i, pos=pos: whole.load(int(pos[i])),
+                                   file=lambda i, pos=pos: whole.file(int(pos[i])))
     f_train, f_val, f_test = fractions
     rule = f"seeded stratified split {f_train:g}/{f_val:g}/{f_test:g} train/val/test, seed {seed}"
     counts = ", ".join(f"{s} {len(p)}" for s, p in positions.items())

@@ -2,8 +2,9 @@
 
 An entry is a function ``build(arg: str, weights: Path | None) -> Encoder`` registered with
 ``@ENCODERS.register("name")`` (exact) or ``@ENCODERS.register("family:")`` (``arg`` = text after the colon).
-Each encoder owns its preprocessing: ``transform`` maps a PIL RGB image to a CHW float tensor, and
-``preprocessing`` describes it (JSON-able) for the feature file.
+Each encoder owns its preprocessing: ``preprocessing`` describes it (JSON-able, stored in the feature file);
+``preprocess`` applies it to uint8 image tensors, batched on the encoder's device (what extraction runs), and
+``transform`` to one PIL RGB image on the CPU (the PIL kernels; extraction's ``--preprocess workers``).
 """
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import json
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from PIL import Image
 from torchvision import transforms as T
+from torchvision.transforms.v2 import functional as TF
 
 from ..errors import UserError
 from ..featurestore import file_sha256 as sha256_file
@@ -34,6 +36,10 @@ class Encoder(ABC):
 
     def transform(self, img: Image.Image) -> torch.Tensor:
         return self._transform(img)
+
+    def preprocess(self, groups: Sequence[torch.Tensor]) -> torch.Tensor:
+        """:func:`preprocess_uint8` with this encoder's preprocessing: uint8 groups → the batch to encode."""
+        return preprocess_uint8(groups, self.preprocessing)
 
     @abstractmethod
     def encode(self, batch: torch.Tensor) -> torch.Tensor:
@@ -85,6 +91,23 @@ def build_transform(pre: dict[str, Any]) -> Callable[[Image.Image], torch.Tensor
         T.ToTensor(),
         T.Normalize(pre["mean"], pre["std"]),
     ])
+
+
+def preprocess_uint8(groups: Sequence[torch.Tensor], pre: dict[str, Any]) -> torch.Tensor:
+    """:func:`build_transform` on uint8 RGB tensors, batched where they share a size.
+
+    ``groups``: [n, 3, H, W] uint8 tensors (one size per group, on the device that should do the work) →
+    [Σn, 3, crop, crop] float32, the groups' rows in order. Per group: the short side resized to ``resize``
+    (the long side to ⌊resize · long / short⌋, as ``T.Resize(int)``), antialiased with the named kernel (the
+    tensor counterparts of PIL's; the result rounded and clamped to uint8 as PIL's is), centre-cropped to
+    ``crop`` (zero-padded where smaller), then ``x = (pixel/255 − mean) / std`` on the whole batch."""
+    interp = T.InterpolationMode(pre.get("interpolation", "bilinear"))
+    crops = [TF.center_crop(TF.resize(g, [pre["resize"]], interpolation=interp, antialias=True), [pre["crop"]])
+             for g in groups]
+    x = (torch.cat(crops) if len(crops) > 1 else crops[0]).float()
+    mean = torch.tensor(pre["mean"], dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    std = torch.tensor(pre["std"], dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    return x.div_(255).sub_(mean).div_(std)
 
 
 def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
