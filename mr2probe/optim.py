@@ -14,6 +14,12 @@ Heads leave a stack mid-run (successive halving, :mod:`mr2probe.trainer`): :meth
 keeps the rows of the survivors in a group (parameters, m, v, lr, λ: one ``index_select`` each);
 :meth:`StackedAdamW.freeze_heads` stops rows of a group that keeps its shape (λ = 0 and m = v = 0, so with a zero
 gradient θ stays bit for bit).
+
+The step runs on the device alone: the step count t is a device tensor, the schedule f(t) a device table read at t,
+and the update is torch's fused AdamW kernel (``torch._fused_adamw_``: one pass reading θ, g, m, v and writing θ, m,
+v, 28 bytes per float32 parameter) over the heads' rows, one call per distinct (lr, weight decay) of the stack with
+the learning rate η·f(t) as a device tensor. No Python number changes from step to step, so a step can be
+captured as a CUDA graph or compiled with torch.compile without a recompile.
 """
 from __future__ import annotations
 
@@ -57,11 +63,29 @@ class StackedAdamW:
                 raise ValueError("StackedAdamW needs total_steps or cycle_ends")
             cycle_ends = [max(total_steps, 1)]
         self.cycle_ends = restart_ends(cycle_ends)
-        self.total_steps, self.betas, self.eps, self.t = self.cycle_ends[-1], betas, eps, 0
+        self.total_steps, self.betas, self.eps = self.cycle_ends[-1], betas, eps
+        first = self.groups[0][0][0] if self.groups else torch.zeros(())
+        dev = first.device
+        # f(t) for t = 0 … T (f(T) = 0: steps from T on only move the moments), read on the device at t
+        self.schedule = torch.tensor([cosine_restarts(t, self.cycle_ends) for t in range(self.total_steps + 1)],
+                                     dtype=torch.float64, device=dev).to(first.dtype if first.is_floating_point()
+                                                                        else torch.float32)
+        self.t = torch.zeros((), dtype=torch.long, device=dev)  # the coming step's t
+        self.count = torch.zeros((), dtype=torch.float32, device=dev)  # the fused kernel's step (t + 1 after it)
         self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for ps, _, _ in self.groups for p in ps}
-        # one scratch tensor per parameter, reused every step: a step allocates nothing of the parameter's size
-        # (fresh multi-MB buffers cost page faults on every step of a large stack)
-        self.scratch = {id(p): torch.empty_like(p) for ps, _, _ in self.groups for p in ps}
+        self._bucket()
+
+    def _bucket(self) -> None:
+        """Per group, its heads by distinct (lr, weight decay) — one fused call each — with the rows of every
+        parameter and moment (views, built once: only the gradients' rows are taken per step)."""
+        self.buckets = []
+        for ps, lr, wd in self.groups:
+            pairs = list(zip(lr.tolist(), wd.tolist()))
+            keys = sorted(set(pairs))
+            heads = [[i for i, pair in enumerate(pairs) if pair == key] for key in keys]
+            rows = [(p.detach().unbind(0), *(t.unbind(0) for t in self.state[id(p)])) for p in ps]
+            rates = torch.tensor([lr_ for lr_, _ in keys], dtype=self.schedule.dtype, device=self.schedule.device)
+            self.buckets.append((rates, [wd_ for _, wd_ in keys], heads, rows))
 
     def _group(self, params: Sequence[torch.Tensor]) -> int | None:
         """Index of the group holding ``params`` (by identity of its first tensor); None for an empty list."""
@@ -76,8 +100,8 @@ class StackedAdamW:
     def select_heads(self, params: Sequence[torch.Tensor], keep: torch.Tensor, kept: Sequence[torch.Tensor]) -> None:
         """Keep only the heads ``keep`` (indices along the head axis, [h']) of the group holding ``params``: its
         parameters become ``kept`` (their owner's new tensors of those rows, ``p[keep]``, in the same order), its
-        moments, scratch tensors, lr and weight decay their rows ``keep``. The step count t and the schedule run
-        on. (New tensors, not ``p.data = p.data[keep]``: autograd keeps a parameter's shape in its gradient node.)"""
+        moments, lr and weight decay their rows ``keep``. The step count t and the schedule run on. (New tensors, not
+        ``p.data = p.data[keep]``: autograd keeps a parameter's shape in its gradient node.)"""
         i = self._group(params)
         if i is None:
             return
@@ -85,15 +109,14 @@ class StackedAdamW:
         for p, q in zip(ps, kept, strict=True):
             m, v = self.state.pop(id(p))
             self.state[id(q)] = (m.index_select(0, keep), v.index_select(0, keep))
-            del self.scratch[id(p)]
-            self.scratch[id(q)] = torch.empty_like(q)
         self.groups[i] = (list(kept), lr.index_select(0, keep), wd.index_select(0, keep))
+        self._bucket()
 
     @torch.no_grad()
     def freeze_heads(self, params: Sequence[torch.Tensor], frozen: torch.Tensor) -> None:
         """Stop the heads ``frozen`` ([h] bool) of the group holding ``params`` without changing its shape: λ = 0 and
         m = v = 0 on their rows. With a zero gradient there (their losses left out) m and v stay 0, θ(1 − η_tλ) = θ
-        and m / d = 0 (d = ε·c₁/η_t > 0): the rows do not move at all."""
+        and the step η_t (m/c₁)/(√(v/c₂) + ε) = 0: the rows do not move at all."""
         i = self._group(params)
         if i is None:
             return
@@ -104,10 +127,11 @@ class StackedAdamW:
             for t in self.state[id(p)]:
                 t.masked_fill_(rows, 0.0)
         self.groups[i] = (ps, lr, wd.masked_fill(frozen, 0.0))
+        self._bucket()
 
     def lr_factor(self) -> float:
-        """f(t) of the schedule at the coming step t."""
-        return cosine_restarts(self.t, self.cycle_ends)
+        """f(t) of the schedule at the coming step t (reads the device: not for the training loop)."""
+        return cosine_restarts(int(self.t), self.cycle_ends)
 
     def zero_grad(self) -> None:
         for ps, _, _ in self.groups:
@@ -116,25 +140,23 @@ class StackedAdamW:
 
     @torch.no_grad()
     def step(self) -> None:
-        """Eight passes over each parameter: m ← lerp(m, g, 1−β₁); v ← β₂v + (1−β₂)g²; θ ← θ(1 − η_tλ); then
-        θ ← θ − m / d with d = √v · c₁/(η_t√c₂) + ε·c₁/η_t, which is η_t (m/c₁) / (√(v/c₂) + ε) rearranged so that
-        the per-head factors multiply the one scratch tensor d (c₁ = 1−β₁ᵗ, c₂ = 1−β₂ᵗ)."""
+        """One AdamW step of every head: η_t = η·f(t) from the device's schedule table, then per (lr, weight decay)
+        one fused pass over those heads' rows: m ← β₁m + (1−β₁)g, v ← β₂v + (1−β₂)g², θ ← θ(1 − η_tλ) −
+        η_t (m/c₁)/(√(v/c₂) + ε), c = 1 − βᵗ⁺¹ from the device step count."""
         b1, b2 = self.betas
-        factor = self.lr_factor()
-        self.t += 1
-        c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-        for ps, lr, wd in self.groups:
-            eta = (lr * factor).clamp_min(torch.finfo(lr.dtype).tiny)  # [h]; > 0: it divides below
-            for p in ps:
-                if p.grad is None:
+        f = self.schedule.index_select(0, self.t.clamp_max(self.total_steps))  # [1]
+        self.t.add_(1)
+        self.count.add_(1)
+        for (ps, _, _), (rates, decays, heads, rows) in zip(self.groups, self.buckets):
+            grads = [p.grad.unbind(0) if p.grad is not None else None for p in ps]
+            etas = (rates * f).unbind(0)
+            for eta, wd, members in zip(etas, decays, heads):
+                todo = [(r, g) for r, g in zip(rows, grads) if g is not None]
+                if not todo:
                     continue
-                shape = (-1,) + (1,) * (p.ndim - 1)
-                m, v = self.state[id(p)]
-                m.lerp_(p.grad, 1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                if factor == 0:  # the schedule's end: no step
-                    continue
-                p.mul_((1 - eta * wd).reshape(shape))
-                d = torch.sqrt(v, out=self.scratch[id(p)])
-                d.mul_((c1 / (eta * math.sqrt(c2))).reshape(shape)).add_((self.eps * c1 / eta).reshape(shape))
-                p.addcdiv_(m, d, value=-1)
+                torch._fused_adamw_([r[0][i] for r, _ in todo for i in members],
+                                    [g[i] for _, g in todo for i in members],
+                                    [r[1][i] for r, _ in todo for i in members],
+                                    [r[2][i] for r, _ in todo for i in members], [],
+                                    [self.count] * (len(todo) * len(members)), lr=eta, beta1=b1, beta2=b2,
+                                    weight_decay=wd, eps=self.eps, amsgrad=False, maximize=False)

@@ -85,8 +85,8 @@ def test_the_survivors_are_each_methods_best_on_val_at_the_rung_and_stopped_head
 
     def recording(self: StackedAdamW) -> None:
         step(self)
-        if self.t in (5, 14):
-            snaps[self.t] = [p.detach().clone() for p in self.groups[0][0]]
+        if int(self.t) in (5, 14):
+            snaps[int(self.t)] = [p.detach().clone() for p in self.groups[0][0]]
 
     monkeypatch.setattr(StackedAdamW, "step", recording)
     train_stack(data, specs, replace(cfg, search="full"))
