@@ -1,6 +1,7 @@
-"""The inference rule (mr2probe.inference): hand-computed cases of the two-stage SE, ν, p, TOST, MDE and verdicts,
-and its calibration on simulated tables: with no effect the null control's 95% CI covers 0 in 93–97% of tables,
-and an effect of the stated MDE is found with about the stated 80% power."""
+"""The inference rule (mr2probe.inference): hand-computed cases of the two-stage SE, ν, p, TOST, its equivalence
+bound, MDE and verdicts, and the rule on simulated tables (the repository's simulate_table): the null control's
+95% CI covers 0 in 93–97% of 300 tables (a sanity bound; the calibration itself is benchmarks/calibration.py and
+tests/test_calibration.py), and an effect of the stated MDE is found with about the stated 80% power."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ import pytest
 from scipy import stats
 
 from mr2probe.inference import ALPHA, label, two_stage, verdicts
-from mr2probe.metrics import null_name
+from mr2probe.metrics import bh_qvalues, null_name
 from mr2probe.summary import cross_run, over_runs, summarize
 
 
@@ -27,21 +28,38 @@ def test_replicate_stage_alone_is_the_t_interval_of_the_mean() -> None:
     assert e.p_equiv == pytest.approx(max(stats.t.sf(3 / se, 2), stats.t.sf(-1 / se, 2)))
 
 
-def test_image_noise_is_subtracted_from_the_between_replicate_variance() -> None:
-    """Draws [B, R]: deviations ±1 shared by the replicates (image noise common to all) and ±1 of their own."""
+def test_shared_image_noise_is_added_to_the_replicate_spread() -> None:
+    """Draws [B, R]: deviations ±1 shared by the replicates (image noise common to all) and ±1 of their own. The
+    replicates' spread already holds their own image noise; only the shared part is added, and ν = R − 1."""
     d = np.array([0.0, 1.0, 2.0])
     common = np.array([1.0, -1.0, 1.0, -1.0])[:, None]
     own = np.array([[1.0, -1.0, 0.0], [-1.0, 1.0, 0.0], [0.0, 1.0, -1.0], [0.0, -1.0, 1.0]])
-    e = two_stage(d, draws=d + common + own)
-    v_img = np.var((d + common + own).mean(1), ddof=1)  # the variance of the mean over draws
-    w = np.mean(np.var(own, axis=1, ddof=1))  # what the image noise adds to the replicates' variance: 1.0
-    var_train = (np.var(d, ddof=1) - w) / 3  # (1 − 1)/3 = 0: all of the spread is image noise
-    assert w == pytest.approx(1.0) and var_train == pytest.approx(0.0)
-    assert e.se == pytest.approx(math.sqrt(v_img)) and math.isinf(e.df)
-    e2 = two_stage(d * 3, draws=d * 3 + common + own)  # spread 9 > 1: training variance (9 − 1)/3, ν from it
-    var_train = (9.0 - 1.0) / 3
-    assert e2.se == pytest.approx(math.sqrt(var_train + v_img))
-    assert e2.df == pytest.approx((var_train + v_img) ** 2 / (var_train ** 2 / 2))
+    draws = d + common + own
+    e = two_stage(d, draws=draws)
+    cov = np.cov(draws, rowvar=False)
+    shared = (cov.sum() - np.trace(cov)) / 6  # the mean off-diagonal covariance
+    v_img = np.var(draws.mean(1), ddof=1)
+    w = (np.trace(cov) - cov.sum() / 3) / 2  # what the image noise adds to the replicates' variance (draws' scale)
+    assert v_img == pytest.approx(shared + w / 3)  # V_img = v_shared + w/G
+    assert e.se == pytest.approx(math.sqrt(np.var(d, ddof=1) / 3 + shared)) and e.df == 2
+    assert e.se_train == pytest.approx(math.sqrt(max(np.var(d, ddof=1) - w, 0) / 3))
+    assert e.se_train ** 2 + e.se_image ** 2 == pytest.approx(e.se ** 2)
+    e2 = two_stage(d * 3, draws=d * 3 + common + own)  # a larger spread: the same shared part, ν still 2
+    assert e2.se == pytest.approx(math.sqrt(9.0 / 3 + shared)) and e2.df == 2
+
+
+def test_a_negative_shared_estimate_keeps_half_the_replicate_part() -> None:
+    d = np.array([0.0, 1.0, 2.0])
+    anti = np.array([[3.0, -3.0, 0.0], [-3.0, 3.0, 0.0], [0.0, 3.0, -3.0], [0.0, -3.0, 3.0]])  # negative cov
+    e = two_stage(d, draws=d + anti)
+    assert e.se == pytest.approx(math.sqrt(np.var(d, ddof=1) / 3 / 2)) and e.df == 2
+
+
+def test_equivalence_bound_is_the_smallest_margin_tost_accepts() -> None:
+    e = two_stage(np.array([0.2, 0.5, 0.3, 0.4]))
+    assert e.equiv_bound == pytest.approx(abs(e.estimate) + stats.t.ppf(0.95, 3) * e.se)
+    assert two_stage(np.array([0.2, 0.5, 0.3, 0.4]), margin=e.equiv_bound * 1.001).p_equiv < 0.05
+    assert two_stage(np.array([0.2, 0.5, 0.3, 0.4]), margin=e.equiv_bound * 0.999).p_equiv > 0.05
 
 
 def test_episodes_are_clusters() -> None:
@@ -57,6 +75,9 @@ def test_degenerate_cases() -> None:
     assert same.p == 1.0 and same.p_equiv == 0.0 and same.se == 0.0
     one = two_stage(np.array([1.0]))
     assert math.isnan(one.se) and "one replicate" in one.note
+    single = two_stage(np.array([1.0]), draws=np.array([[1.0], [2.0], [0.5]]))
+    assert math.isinf(single.df) and single.clusters == 1
+    assert verdicts([single])[2] == ["underpowered"]  # one replicate: nothing measured about training
 
 
 def test_verdicts_and_bh() -> None:
@@ -64,6 +85,9 @@ def test_verdicts_and_bh() -> None:
                                                 [3.0, -4.0, 2.0])]
     q, q_eq, v = verdicts(effects)
     assert v == ["better", "worse", "equivalent", "inconclusive"]
+    # the margin below what the table resolves (its MDE): not "equivalent"; a significant difference stays
+    q, q_eq, v = verdicts(effects, resolution=np.full(4, 2.0), margin=1.0, identical=[False, False, False, True])
+    assert v == ["better", "worse", "underpowered", "identical"]
     assert list(label([-1.0], [0.01], [1.0], higher_is_better=False)) == ["better"]  # a lower Gap is better
     assert np.all(q >= np.array([e.p for e in effects]))
 
@@ -152,7 +176,8 @@ def test_summaries_carry_q_values_and_verdicts_across_runs() -> None:
     rows = df[df["method"] == "better"]
     assert rows["ΔHard_q_all"].notna().all() and set(rows["ΔHard_verdict_all"]) <= {"better", "inconclusive",
                                                                                    "equivalent", "worse"}
-    assert rows["ΔHard_verdict_all"].iloc[1] == "better"  # +30 points on every class
+    assert rows["ΔHard_verdict"].iloc[1] == "better"  # +30 points on every class, in its own table
+    np.testing.assert_allclose(rows["ΔHard_q_all"], bh_qvalues(rows["ΔHard_p"].to_numpy()))  # one family of two
     counts = over_runs(df).loc["better"]
     assert counts[["better", "worse", "equivalent", "inconclusive"]].sum() == 2
 
