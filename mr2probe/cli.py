@@ -182,6 +182,7 @@ def _method_params(items: list[str]) -> dict[str, dict]:
 @guarded("rerun the same command to resume: finished seeds are kept in OUT/parts")
 @with_settings(TRAIN)
 def train(
+    ctx: typer.Context,
     features: Optional[Path] = typer.Option(None, "--features", "-f", help="Feature file (.h5). Default: the "
                                             "bundled Fashion-MNIST × EfficientNet-Lite0 subset."),
     out: Path = typer.Option(Path("runs/default"), "--out", "-o", help="Run folder for results.json, tables."),
@@ -210,7 +211,7 @@ def train(
     from .methods import resolve_methods
     from .report import clear_rendered, report_run, terminal_table
 
-    settings, params = _with_config_file(config, settings, _method_params(set_))
+    settings, params = _with_config_file(ctx, config, settings, _method_params(set_))
     if print_config:
         from .recipes import train_config_toml
 
@@ -248,20 +249,16 @@ def train(
                    "again)", err=True)
 
 
-def _with_config_file(config: Path | None, settings: dict, params: dict[str, dict]
+def _with_config_file(ctx: typer.Context, config: Path | None, settings: dict, params: dict[str, dict]
                       ) -> tuple[dict, dict[str, dict]]:
     """The training settings and ``--set`` parameters with ``--config``'s [train] table under the flags given on
     the command line (a flag left at its default takes the file's value)."""
-    import click
-    from click.core import ParameterSource
-
     if config is None:
         return settings, params
     from .recipes import load_train_config
 
     file = load_train_config(config)
-    ctx = click.get_current_context()
-    given = {n for n in settings if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE}
+    given = {n for n in settings if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
     merged = {n: (v if n in given or n not in file else file[n]) for n, v in settings.items()}
     sets = file.get("set", {})
     return merged, {m: {**sets.get(m, {}), **params.get(m, {})} for m in dict.fromkeys([*sets, *params])}

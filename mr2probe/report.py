@@ -303,7 +303,7 @@ def inference_line(s: Summary) -> str:
             f"else TOST at ±{s.margin:g} points: equivalent; else inconclusive): {told}{null}")
 
 
-VERDICT_MEANING = {"better": "q < 0.05", "worse": "q < 0.05", "equivalent": "TOST at ±{m:g}",
+VERDICT_MEANING = {"better": "q < 0.05 (BH)", "worse": "q < 0.05 (BH)", "equivalent": "within ±{m:g} (TOST)",
                    "inconclusive": "neither"}
 
 
@@ -324,14 +324,18 @@ def legend(s: Summary, link: str | None = None, sd: bool = True) -> list[str]:
     """Three short lines read with the compact table: units and groups; the verdicts present and what each means;
     the null control and where the rest is (``link``: the protocol page, else its path in the source). ``sd``
     False: the table shows means only."""
-    verdicts = list(dict.fromkeys(v for m in s.methods if m != s.reference and (v := s.verdict(m))))
-    told = ", ".join(f"{v} ({VERDICT_MEANING[v].format(m=s.margin)})" if v in VERDICT_MEANING else v
-                     for v in verdicts) or "none"
+    verdicts = sorted({v for m in s.methods if m != s.reference and (v := s.verdict(m))},
+                      key=lambda v: (v not in VERDICT_MEANING, list(VERDICT_MEANING).index(v) if v in VERDICT_MEANING
+                                     else 0, v))
+    by_meaning: dict[str, list[str]] = {}
+    for v in verdicts:
+        by_meaning.setdefault(VERDICT_MEANING.get(v, "see the protocol").format(m=s.margin), []).append(v)
+    told = "; ".join(f"{'/'.join(vs)}: {meaning}" for meaning, vs in by_meaning.items()) or "no verdicts"
     null = f"{s.null}: {s.reference} on other seeds (no effect). " if s.null else ""
     page = f"[protocol]({link})" if link else PROTOCOL_DOC
-    return [f"% of test, mean{' ± SD' if sd else ''} over seeds; Hard: the {len(s.groups.hard)} classes "
-            f"{s.reference} gets lowest on {s.group_on}; Δ = method − {s.reference}, paired by seed",
-            f"ΔHard with its 95% CI; {Q_SHORT}: Benjamini–Hochberg q; verdicts: {told}",
+    return [f"% of test, mean{' ± SD' if sd else ''} over seeds; Hard: {s.reference}'s {len(s.groups.hard)} "
+            f"lowest classes on {s.group_on}; Δ: vs {s.reference}, paired by seed",
+            f"ΔHard verdicts: {told}",
             f"{null}Every column: --wide, table.md, table.csv; definitions: {page}"]
 
 
