@@ -1,9 +1,9 @@
 """Per-class disparity metrics (../shared/spec/protocol.md). Everything derives from the accuracy vector.
 
     acc_k   = fraction of test samples of class k predicted as k
-    groups  : classes ranked by the reference method's acc (ascending, ties by class index) on data that is not
-              the data scored (val by default; see :class:`Fold`); hard = bottom ⌊K/3⌋, easy = top ⌊K/3⌋,
-              medium = the rest
+    groups  : classes ranked by the reference method's acc (ascending; ties by a second score, then class index)
+              on data that is not the data scored (val by default; see :class:`Fold`); hard = bottom ⌊K/3⌋,
+              easy = top ⌊K/3⌋, medium = the rest
     All     = overall accuracy,  mAcc = mean_k acc_k
     Worst   = min_k acc_k,       Worst10 = mean of the lowest max(1, ⌊K/10⌋) acc_k
     Std     = population std of acc_k over classes (ddof = 0: the classes are the whole population),
@@ -56,13 +56,29 @@ class Groups:
         return {"hard": self.hard.tolist(), "medium": self.medium.tolist(), "easy": self.easy.tolist()}
 
 
-def class_groups(reference_acc: np.ndarray) -> Groups:
-    """Bottom third hard, top third easy (⌊K/3⌋ each), the rest medium; stable ranking."""
+def class_groups(reference_acc: np.ndarray, tiebreak: np.ndarray | None = None) -> Groups:
+    """Bottom third hard, top third easy (⌊K/3⌋ each), the rest medium; classes ranked by ``reference_acc``, ties
+    by ``tiebreak`` (ascending; None: not used), then by class index."""
     k = len(reference_acc)
-    order = np.argsort(reference_acc, kind="stable")
+    keys = (np.arange(k),) + (() if tiebreak is None else (np.asarray(tiebreak, dtype=float),))
+    order = np.lexsort(keys + (np.asarray(reference_acc, dtype=float),))
     third = k // 3
     return Groups(hard=np.sort(order[:third]), medium=np.sort(order[third:k - third]),
                   easy=np.sort(order[k - third:]))
+
+
+def boundary_tie(reference_acc: np.ndarray, tiebreak: np.ndarray | None = None) -> int:
+    """How many classes share the ranking value at the hard group's edge (the ⌊K/3⌋-th lowest and the next) when
+    they tie there, else 0: then the hard group is decided by the tie-break. With ``tiebreak``, a tie means equal
+    in both keys."""
+    acc = np.asarray(reference_acc, dtype=float)
+    third = len(acc) // 3
+    if third == 0 or third >= len(acc):
+        return 0
+    key = np.stack([acc, acc if tiebreak is None else np.asarray(tiebreak, dtype=float)], axis=1)
+    order = np.lexsort((key[:, 1], key[:, 0]))
+    edge, nxt = key[order[third - 1]], key[order[third]]
+    return int(np.all(key == edge, axis=1).sum()) if np.array_equal(edge, nxt) else 0
 
 
 def worst_fraction(acc: np.ndarray, fraction: float = 0.1) -> float:

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
 from .errors import UserError
 from .jsonfile import grid_rows
 from .inference import RULE, VERDICTS, Effect, two_stage, verdicts
 from .inference import label as verdict_label
 from .metrics import (COLUMNS, DELTA_COLUMNS, DELTA_OF, INSTRUMENT_COLUMNS, SIG_COLUMN, Bootstrap, Fold, Groups,
-                      bh_qvalues, class_groups, confusion, disparity_row, hard_instruments, jaccard_matrix,
-                      mean_pairwise_jaccard, null_name, per_class_accuracy, per_class_paired_test,
+                      bh_qvalues, boundary_tie, class_groups, confusion, disparity_row, hard_instruments,
+                      jaccard_matrix, mean_pairwise_jaccard, null_name, per_class_accuracy, per_class_paired_test,
                       precision_per_class, prediction_rate, stratified_halves)
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, TRAIN
 
@@ -88,10 +90,20 @@ class Summary:
     inference: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # method → column → effect
     margin: float = 1.0  # the equivalence margin (points)
     loo_groups: bool = False  # each replicate pair scored with groups ranked without it
+    identical: dict[str, bool] = field(default_factory=dict)  # method → every replicate predicts as the reference
+    manipulation: dict[str, dict[str, float]] = field(default_factory=dict)  # MR2 family: margin_spread, premise_r
+    notes: list[str] = field(default_factory=list)  # warnings about the groups (ties, small val classes)
 
     def verdict(self, method: str, col: str = "ΔHard") -> str | None:
         """better / worse / equivalent / inconclusive of a Δ column, None for the reference or without one."""
         return self.inference.get(method, {}).get(col, {}).get("verdict")
+
+    def verdict_text(self, method: str, col: str = "ΔHard") -> str:
+        """The verdict as the tables print it: "equivalent within ±B" (B the equivalence bound, the smallest
+        margin at which the TOST says equivalent), else the verdict word ("" without one)."""
+        v = self.verdict(method, col) or ""
+        bound = self.inference.get(method, {}).get(col, {}).get("equiv_bound")
+        return f"{v} within ±{bound:.2f}" if v == "equivalent" and bound is not None else v
 
     def q(self, method: str, col: str = "ΔHard") -> float | None:
         return self.inference.get(method, {}).get(col, {}).get("q")
@@ -164,10 +176,14 @@ class Summary:
                 for i, b in enumerate(("lo", "hi")):
                     df[f"{c}_ci_{b}"] = [self.ci.get(m, {}).get(c, [np.nan] * 2)[i] for m in self.methods]
         for c in DELTA_COLUMNS:
-            for key in ("p", "q") + (("se", "se_train", "se_image", "df", "mde", "p_equiv", "q_equiv")
-                                     if c == "ΔHard" else ()):
+            for key in ("p", "q", "equiv_bound") + (("se", "se_train", "se_image", "df", "mde", "p_equiv", "q_equiv",
+                                                     "resolution", "clusters") if c == "ΔHard" else ()):
                 df[f"{c}_{key}"] = [_num(self.inference.get(m, {}).get(c, {}).get(key)) for m in self.methods]
             df[f"{c}_verdict"] = [self.verdict(m, c) or "" for m in self.methods]
+        df["ΔHard_resolves"] = [self.inference.get(m, {}).get("ΔHard", {}).get("resolves") for m in self.methods]
+        df["identical"] = [self.identical.get(m, False) for m in self.methods]
+        for key in ("margin_spread", "premise_r"):
+            df[key] = [self.manipulation.get(m, {}).get(key, np.nan) for m in self.methods]
         return df
 
     def best(self, col: str) -> set[str]:
@@ -181,7 +197,10 @@ class Summary:
         null = f"; null control: `{self.null}`" if self.null else "; no null control in this run"
         return (f"mean ± sample SD over seeds (ddof = 1, %); groups from {self.reference} ranked on "
                 f"{self.group_on} ({GROUPS_ON[self.group_on]}){null}; {RULE}; q: Benjamini–Hochberg over the "
-                f"table's methods; verdict of ΔHard at q < 0.05, equivalence by TOST at ±{self.margin:g} points")
+                f"table's methods; verdict of ΔHard at q < 0.05, equivalence by TOST at ±{self.margin:g} points "
+                "where the table resolves that margin (its MDE, the larger of the method's and the null control's, "
+                "≤ the margin; else underpowered, and with one replicate cluster), identical where every "
+                "replicate predicts as the reference")
 
 
 def best_of(values: dict[str, float], col: str) -> set[str]:
@@ -215,11 +234,12 @@ def _folds(results: dict[str, Any], ref_runs: list[dict[str, Any]], y: np.ndarra
             raise UserError(f"the reference runs have no {key}; train again or use --groups-on test")
         accs = np.array([r[key] for r in ref_runs], dtype=float)
         rank = np.nanmean(accs, axis=0)
-        shown = [Fold(everything, class_groups(rank))]
+        tie = tiebreak_score(results)
+        shown = [Fold(everything, class_groups(rank, tie))]
         clusters = _replicate_clusters(ref_runs)
         if group_on != "val" or len(np.unique(clusters)) < 2:
             return shown, rank, [shown] * len(ref_runs)
-        loo = [[Fold(everything, class_groups(np.nanmean(accs[clusters != c], axis=0)))] for c in clusters]
+        loo = [[Fold(everything, class_groups(np.nanmean(accs[clusters != c], axis=0), tie))] for c in clusters]
         return shown, rank, loo
     if y is None or any(f"{reference}/{r['seed']}" not in predictions for r in ref_runs):
         raise UserError("--groups-on crossfit needs predictions.npz with the reference's test predictions")
@@ -231,6 +251,92 @@ def _folds(results: dict[str, Any], ref_runs: list[dict[str, Any]], y: np.ndarra
         folds.append(Fold(score_rows, class_groups(rank)))
         ranks.append(rank)
     return folds, ranks[0], [folds] * len(ref_runs)
+
+
+def tiebreak_score(results: dict[str, Any]) -> np.ndarray | None:
+    """The second ranking key of the groups, for classes tied on the reference's accuracy: the mean val accuracy of
+    every run of the table (all methods; results.json stores no val log-probabilities, so no finer score of the
+    reference is available). None when no run has val accuracy."""
+    val = [r["val_per_class_acc"] for r in results["runs"] if "val_per_class_acc" in r]
+    return np.nanmean(np.array(val, dtype=float), axis=0) if val else None
+
+
+SMALL_VAL_CLASS = 20  # [choice] a class with fewer val images than this ranks its group on too little
+
+
+def val_class_sizes(results: dict[str, Any]) -> np.ndarray:
+    """Per class, how many val images there are, as far as results.json tells (it stores no val counts): the
+    largest of (a) the least common denominator of the class's val accuracies over every run (a count that all of
+    them are fractions of; a lower bound) and (b) the val split's size × the class's share of test (the split is
+    stratified). NaN where neither is known."""
+    k = len(results["class_names"])
+    dens = np.ones(k, dtype=np.int64)
+    for r in results["runs"]:
+        for i, a in enumerate(r.get("val_per_class_acc") or []):
+            if a is not None and np.isfinite(a):
+                dens[i] = math.lcm(int(dens[i]), Fraction(float(a)).limit_denominator(100_000).denominator)
+    test = np.asarray(results["test_class_counts"], dtype=float)
+    n_val = ((results.get("provenance") or {}).get("splits") or {}).get("val")
+    share = np.round(n_val * test / test.sum()) if n_val else np.full(k, np.nan)
+    return np.fmax(dens.astype(float), share) if n_val else dens.astype(float)
+
+
+def group_notes(results: dict[str, Any], rank: np.ndarray, group_on: str) -> list[str]:
+    """Warnings about the groups shown: a hard group decided by ties of the reference's ranking accuracy (and
+    whether the second key, :func:`tiebreak_score`, separated them), and classes with fewer than
+    :data:`SMALL_VAL_CLASS` val images."""
+    notes, names = [], list(results["class_names"])
+    if group_on in ("val", "val-pooled", "test"):
+        tied = boundary_tie(rank)
+        if tied:
+            tie = tiebreak_score(results) if group_on != "test" else None
+            still = boundary_tie(rank, tie) if tie is not None else tied
+            how = ("every run's mean val accuracy separated them" if not still else
+                   f"{still} remain tied after every run's mean val accuracy, so class order decides"
+                   if tie is not None else "class order decides")
+            notes.append(f"Warning: the hard group is decided by ties: {tied} classes share the reference's "
+                         f"{group_on} accuracy {100 * rank[np.argsort(rank, kind='stable')[len(rank) // 3 - 1]]:.2f} "
+                         f"at its edge; {how} (results.json has no val log-probabilities to rank on)")
+    sizes = val_class_sizes(results)
+    small = [f"{names[i]} ({int(sizes[i])})" for i in np.flatnonzero(sizes < SMALL_VAL_CLASS)]
+    if small and group_on in ("val", "val-pooled"):
+        notes.append(f"Warning: fewer than {SMALL_VAL_CLASS} val images in {len(small)} class"
+                     f"{'es' * (len(small) > 1)} (as far as results.json tells): {', '.join(small[:10])}"
+                     f"{' …' if len(small) > 10 else ''}; their rank rests on few images")
+    return notes
+
+
+def manipulation_check(runs_by_method: dict[str, list[dict[str, Any]]], rank: np.ndarray
+                       ) -> dict[str, dict[str, float]]:
+    """Per MR2-family method (``mr2``, ``mr2_*``) with per-run ``margins``: margin_spread = mean over replicates of
+    γ_max / γ_min (1 = no class-dependent margin: MR2 reduces to a uniform margin); premise_r = Spearman r between
+    the class variability v_k (mean over replicates of ``variability``) and the reference's per-class ranking
+    accuracy (the paper's premise, hard classes vary more, reads r < 0)."""
+    out = {}
+    for m, runs in runs_by_method.items():
+        if not (m == "mr2" or m.startswith("mr2_")) or not all("margins" in r for r in runs):
+            continue
+        g = np.array([r["margins"] for r in runs], dtype=float)
+        row = {"margin_spread": float(np.mean(g.max(1) / g.min(1)))}
+        if all("variability" in r for r in runs):
+            v = np.mean([r["variability"] for r in runs], axis=0)
+            constant = np.ptp(v) == 0 or np.ptp(rank) == 0  # no ranking to correlate
+            row["premise_r"] = float("nan") if constant else float(spearmanr(v, rank).statistic)
+        out[m] = row
+    return out
+
+
+def manipulation_line(check: dict[str, dict[str, float]], reference: str, group_on: str) -> str | None:
+    """The line under a table with an MR2-family method: each one's margin spread and premise r."""
+    if not check:
+        return None
+    parts = [f"{m}: γ_max/γ_min {c['margin_spread']:.3f}" + (f", premise r_s(v_k, {reference} {group_on} accuracy) "
+                                                           f"{c['premise_r']:+.2f}"
+                                                           if np.isfinite(c.get("premise_r", np.nan)) else "")
+             for m, c in check.items()]
+    return ("MR2 manipulation check (margin spread: mean over replicates of γ_max/γ_min, 1 = uniform margins; "
+            "premise: Spearman r between class variability v_k and the reference's accuracy, < 0 when hard classes "
+            f"vary more): {'; '.join(parts)}")
 
 
 INFERRED = ["All", "Hard"] + DELTA_COLUMNS  # the columns inferred by :func:`~mr2probe.inference.two_stage`
@@ -301,7 +407,7 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     ins = _Instruments(y, folds, k, list(results["class_names"]))
     if y is not None and have_preds(ref_runs):
         ins.ref_correct = np.array([predictions[f"{reference}/{r['seed']}"] == y for r in ref_runs])
-    mean, std, ci, seeds, per_seed, accs, effects = {}, {}, {}, {}, {}, {}, {}
+    mean, std, ci, seeds, per_seed, accs, effects, identical = {}, {}, {}, {}, {}, {}, {}, {}
     for method, runs in by_method.items():
         accs[method] = np.array([r["per_class_acc"] for r in runs], dtype=float)
         rows = [row(r, i) for i, r in enumerate(runs)]
@@ -312,6 +418,9 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         if have_preds(runs):
             preds = [predictions[f"{method}/{r['seed']}"] for r in runs]
             cols.update(ins.add(method, preds, method != reference))
+            if method != reference and have_preds(ref_runs) and len(runs) <= len(ref_runs):
+                identical[method] = all(np.array_equal(p, predictions[f"{reference}/{ref_runs[i]['seed']}"])
+                                        for i, p in enumerate(preds))
         mean[method] = {c: float(np.nanmean(v)) for c, v in cols.items()}
         std[method] = {c: sample_sd(v) for c, v in cols.items()}
         seeds[method] = [r["seed"] for r in runs]
@@ -325,7 +434,10 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                 diff = None if mine is None or ref_draws is None else mine[c][:, :n] - ref_draws[c][:, :n]
                 effects[method][d] = two_stage(cols[d][:n], clusters[:n], diff, margin)
         ci[method] = {c: [e.ci[0], e.ci[1]] for c, e in effects[method].items()}
-    inference = _verdicts(effects, reference, null_method)
+    inference = _verdicts(effects, reference, null_method, margin, identical)
+    check = manipulation_check(by_method, rank_acc)
+    notes = group_notes(results, rank_acc, group_on) + [x for x in [manipulation_line(check, reference, group_on)]
+                                                         if x]
     prov = results.get("provenance", {})
     title = f"{prov.get('encoder', '?')} on {prov.get('dataset', '?')}, {results.get('head', '?')} head, " \
             f"adapter {results.get('adapter', 'none')}"
@@ -344,23 +456,32 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
                    reference_check=reference_probe_check(mean, reference, results.get("budget"), ref_runs,
                                                          by_method.get(EXACT_PROBE, [])),
                    inference=inference, margin=margin,
-                   loo_groups=group_on == "val" and pair_folds[0] is not folds)
+                   loo_groups=group_on == "val" and pair_folds[0] is not folds, identical=identical,
+                   manipulation=check, notes=notes)
 
 
-def _verdicts(effects: dict[str, dict[str, Effect]], reference: str, null: str | None
-              ) -> dict[str, dict[str, dict[str, Any]]]:
+def _verdicts(effects: dict[str, dict[str, Effect]], reference: str, null: str | None, margin: float,
+              identical: dict[str, bool]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per method and inferred column: the effect (:class:`~mr2probe.inference.Effect` as a dict) and, for the Δ
     columns, its BH q over the table's methods (the reference and the null control left out; the null control is
-    a family of its own), q_equiv and the verdict (:func:`~mr2probe.inference.verdicts`)."""
+    a family of its own), q_equiv, the ``resolution`` its margin is compared with (the larger of its own MDE and
+    the null control's: what this table can resolve), ``resolves`` (two or more clusters and resolution ≤
+    ``margin``) and the verdict (:func:`~mr2probe.inference.verdicts`)."""
     out = {m: {c: e.as_dict() for c, e in cols.items()} for m, cols in effects.items()}
     for d in DELTA_COLUMNS:
+        floor = effects[null][d].mde if null and d in effects[null] else float("nan")
         for family in ([m for m in effects if m not in (reference, null)], [null] if null else []):
             if not family:
                 continue
-            q, q_eq, verdict = verdicts([effects[m][d] for m in family], higher_is_better=d in HIGHER_IS_BETTER)
-            for m, qi, qe, v in zip(family, q, q_eq, verdict):
+            res = np.fmax([effects[m][d].mde for m in family], floor)
+            same = [identical.get(m, False) for m in family]
+            q, q_eq, verdict = verdicts([effects[m][d] for m in family], d in HIGHER_IS_BETTER, resolution=res,
+                                        margin=margin, identical=same)
+            for m, qi, qe, v, r in zip(family, q, q_eq, verdict, res):
                 out[m][d].update(q=float(qi) if np.isfinite(qi) else None,
-                                 q_equiv=float(qe) if np.isfinite(qe) else None, verdict=v)
+                                 q_equiv=float(qe) if np.isfinite(qe) else None, verdict=v,
+                                 resolution=float(r) if np.isfinite(r) else None,
+                                 resolves=bool(effects[m][d].clusters > 1 and not r > margin))
     return out
 
 
@@ -576,7 +697,14 @@ def family_verdicts(df: pd.DataFrame, col: str = "ΔHard", margin: float | None 
     q = bh_qvalues(df.loc[comp, f"{col}_p"].to_numpy(dtype=float))
     have_equiv = f"{col}_p_equiv" in df
     q_eq = bh_qvalues(df.loc[comp, f"{col}_p_equiv"].to_numpy(dtype=float)) if have_equiv else np.full(len(q), np.nan)
-    verdict = verdict_label(df.loc[comp, col].to_numpy(dtype=float), q, q_eq, col in HIGHER_IS_BETTER)
+    rows = df.loc[comp]
+
+    def flag(name: str, default: bool) -> np.ndarray | None:
+        return rows[name].fillna(default).astype(bool).to_numpy() if name in rows else None
+
+    single = rows[f"{col}_clusters"].to_numpy(dtype=float) < 2 if f"{col}_clusters" in rows else None
+    verdict = verdict_label(rows[col].to_numpy(dtype=float), q, q_eq, col in HIGHER_IS_BETTER,
+                            resolves=flag(f"{col}_resolves", True), identical=flag("identical", False), single=single)
     df[f"{col}_q_all"] = np.nan
     df[f"{col}_verdict_all"] = ""
     df.loc[comp, f"{col}_q_all"] = q

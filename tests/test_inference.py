@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mr2probe.inference import ALPHA, label, two_stage, verdicts
+from mr2probe.inference import ALPHA, VERDICTS, label, two_stage, verdicts
 from mr2probe.metrics import bh_qvalues, null_name
 from mr2probe.summary import cross_run, over_runs, summarize
 
@@ -174,12 +174,12 @@ def test_summaries_carry_q_values_and_verdicts_across_runs() -> None:
         items.append((f"run{i}", summarize(results, preds)))
     df = cross_run(items)
     rows = df[df["method"] == "better"]
-    assert rows["ΔHard_q_all"].notna().all() and set(rows["ΔHard_verdict_all"]) <= {"better", "inconclusive",
-                                                                                   "equivalent", "worse"}
+    assert rows["ΔHard_q_all"].notna().all() and set(rows["ΔHard_verdict_all"]) <= set(VERDICTS)
+    assert rows["ΔHard_verdict_all"].iloc[0] == "underpowered"  # MDE ≈ 18 points against a ±1 point margin
     assert rows["ΔHard_verdict"].iloc[1] == "better"  # +30 points on every class, in its own table
     np.testing.assert_allclose(rows["ΔHard_q_all"], bh_qvalues(rows["ΔHard_p"].to_numpy()))  # one family of two
     counts = over_runs(df).loc["better"]
-    assert counts[["better", "worse", "equivalent", "inconclusive"]].sum() == 2
+    assert counts[list(VERDICTS)].sum() == 2
 
 
 def test_the_reference_check_names_the_checkpoints_each_method_chose() -> None:
@@ -194,3 +194,31 @@ def test_the_reference_check_names_the_checkpoints_each_method_chose() -> None:
     s = summarize(results)
     line = reference_check_line(s)
     assert "checkpoints 8, 16 steps chosen per method on val, ce at 8, 16" in line and "within 0.5" in line
+
+
+def test_identical_methods_underpowered_tables_notes_and_the_mr2_check() -> None:
+    """A method predicting exactly as the reference is `identical` (not "equivalent"); an MR2-family method's
+    margins and variability give the manipulation check; tied val accuracy at the hard group's edge is a warning."""
+    from scipy.stats import spearmanr
+
+    results, preds = simulate_table(np.random.default_rng(4))
+    ce = [r for r in results["runs"] if r["method"] == "ce"]
+    k = len(results["class_names"])
+    for i, r in enumerate(ce):
+        results["runs"].append({**r, "method": "mr2_uniform", "margins": list(np.linspace(1.0, 1.2 + i, k)),
+                                "variability": list(np.linspace(3, 1, k) + i)})
+        preds[f"mr2_uniform/{r['seed']}"] = preds[f"ce/{r['seed']}"]
+    s = summarize(results, preds)
+    assert s.verdict("mr2_uniform") == "identical" and s.identical["mr2_uniform"]
+    assert s.verdict_text("mr2_uniform") == "identical"
+    assert s.manipulation["mr2_uniform"]["margin_spread"] == pytest.approx(np.mean([1.2, 2.2, 3.2]))
+    assert s.manipulation["mr2_uniform"]["premise_r"] == pytest.approx(spearmanr(np.linspace(3, 1, k),
+                                                                                  s.rank_acc).statistic)
+    assert any("manipulation check" in n for n in s.notes) and not any("decided by ties" in n for n in s.notes)
+    frame = s.frame()
+    assert frame.loc["mr2_uniform", "identical"] and np.isnan(frame.loc["better", "margin_spread"])
+    assert np.isfinite(frame.loc["better", "ΔHard_equiv_bound"])
+    for r in results["runs"]:
+        r["val_per_class_acc"] = [1.0] * k  # every class at 1.0 on val: the hard group is a tie
+    tied = summarize(results, preds)
+    assert any("decided by ties" in n and "class order decides" in n for n in tied.notes)

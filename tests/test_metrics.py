@@ -53,3 +53,14 @@ def test_bootstrap_contains_estimate_and_paired_zero() -> None:
     acc = (pred == y).mean() * 100
     assert lo < acc < hi and hi - lo < 5
     assert np.all(r["All"][:, 0] == r["All"][:, 1]) and np.all(r["Hard"][:, 0] == r["Hard"][:, 1])  # paired
+
+
+def test_ties_are_broken_by_the_second_score_and_reported() -> None:
+    from mr2probe.metrics import boundary_tie
+
+    acc = np.array([1.0, 1.0, 1.0, 1.0, 0.9, 1.0])  # K = 6: hard = 2 classes; five tie at 1.0
+    assert class_groups(acc).hard.tolist() == [0, 4]  # class order decides
+    assert class_groups(acc, tiebreak=np.array([0.99, 0.98, 0.95, 0.97, 0.9, 0.99])).hard.tolist() == [2, 4]
+    assert boundary_tie(acc) == 5
+    assert boundary_tie(acc, np.array([0.99, 0.98, 0.95, 0.97, 0.9, 0.99])) == 0  # the second score separates them
+    assert boundary_tie(np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])) == 0
