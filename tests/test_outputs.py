@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,15 @@ def test_help_shows_brackets_as_written() -> None:
     assert "float16 or float32 [float16]" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["bench", "--help"], terminal_width=200)
     assert "[[runs]]" in r.output and "\\[" not in r.output
+
+
+def test_cli_reference_escapes_brackets_once(tmp_path: Path) -> None:
+    """The generated CLI reference: a bracket in help text is escaped once for markdown (renders as written)."""
+    subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), str(tmp_path)], check=True,
+                   capture_output=True, timeout=120)
+    page = (tmp_path / "reference" / "cli.md").read_text()
+    assert "every \\[\\[runs\\]\\] entry" in page and "\\\\[" not in page
+    assert "float16 or float32 \\[float16\\]." in page
 
 
 def test_print_config_round_trips_and_flags_win(tmp_path: Path) -> None:
