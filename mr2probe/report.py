@@ -123,7 +123,7 @@ def cell(s: Summary, method: str, col: str, sd: bool = True) -> str:
         q = s.q(method)
         return "" if q is None else (f"{q:.3f}" if q >= 0.001 else "<0.001")
     if col == VERDICT_COLUMN:
-        return s.verdict(method) or ""
+        return s.verdict_text(method)
     if col == SIG_COLUMN:
         counts = s.sig_counts(method)
         return f"{counts[0]} / {counts[1]}" if counts else ""
@@ -191,6 +191,7 @@ def footnotes(s: Summary) -> list[str]:
     lines += [edges] if edges else []
     check = reference_check_line(s)
     lines += [check] if check else []
+    lines += s.notes  # the groups' warnings and the MR2 manipulation check
     cols = s.instrument_columns()
     if cols:
         lines.append("HardPrec: mean precision of the hard classes (%); HardRate: mean over the hard classes of "
@@ -300,11 +301,13 @@ def inference_line(s: Summary) -> str:
         null = (f"; null control ΔHard {e['estimate']:+.2f} [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}] "
                 f"({s.verdict(s.null)})")
     return (f"Inference: {RULE}; {groups}. Verdicts of ΔHard (BH q < 0.05 over the table's methods: better / worse; "
-            f"else TOST at ±{s.margin:g} points: equivalent; else inconclusive): {told}{null}")
+            f"else TOST at ±{s.margin:g} points where the table's MDE is ≤ it: equivalent; else underpowered or "
+            f"inconclusive; identical: the reference's predictions): {told}{null}")
 
 
 VERDICT_MEANING = {"better": "q < 0.05 (BH)", "worse": "q < 0.05 (BH)", "equivalent": "within ±{m:g} (TOST)",
-                   "inconclusive": "neither"}
+                   "inconclusive": "neither", "underpowered": "MDE > ±{m:g} or one replicate: cannot tell",
+                   "identical": "same predictions as the reference"}
 
 
 def protocol_link(where: Path | None) -> str | None:
