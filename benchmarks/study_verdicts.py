@@ -1,14 +1,23 @@
-"""Every method × cell comparison of the committed study in one Benjamini–Hochberg family.
+"""The committed study's comparisons in pre-declared Benjamini–Hochberg families, one per claim.
 
     python benchmarks/study_verdicts.py results [--out results/study-verdicts]
 
 Reads the per-run rows of every ``results/<folder>/summary.csv`` (written by ``mr2probe bench … --report-only``:
-one row per run and method, with the run's ΔHard, its two-stage p and TOST p_equiv), puts every comparison with a
-run's reference (neither the reference nor its null control) into one family, and writes
-``OUT.csv`` (every row with ``ΔHard_q_study`` and ``ΔHard_verdict_study``) and ``OUT.md`` (per method and
-reference: how many cells give each verdict, and the cells where it is better or worse). The null controls are
-counted apart: how many of their ΔHard CIs exclude 0. The positive control (features altered on purpose) is left
-out by default.
+one row per run and method, with the run's ΔHard, its two-stage p, TOST p_equiv, MDE and equivalence bound), keeps
+every comparison with a run's reference (neither the reference nor its null control) once (the same runs copied into
+several folders give the same row: de-duplicated on method, reference and the row's numbers), and corrects each
+family on its own:
+
+* **primary** families, declared before looking: ``mr2`` against ``ce`` (the paper's claim) and ``mr2`` against
+  ``mr2_uniform`` (its dose: the class-dependent margin itself);
+* **secondary** families: every other method against its reference, one family per (method, reference).
+
+So strong effects of other methods (hundreds of p < 1e-4) do not loosen the correction of a claim. Writes
+``OUT.csv`` (every distinct row with ``family``, ``ΔHard_q_study`` and ``ΔHard_verdict_study``; the verdict rule of
+the tables: better / worse at q < 0.05, else underpowered where the cell's MDE exceeds its margin, equivalent by TOST,
+identical predictions) and ``OUT.md`` (per family: comparisons and the count of each verdict; the better / worse
+cells). The null controls are counted apart: how many of their ΔHard CIs exclude 0. The positive control (features
+altered on purpose) is left out by default.
 """
 from __future__ import annotations
 
@@ -24,12 +33,16 @@ from mr2probe.metrics import null_name
 from mr2probe.summary import family_verdicts, is_comparison
 
 
+PRIMARY = {("mr2", "ce"): "primary: mr2 vs ce", ("mr2", "mr2_uniform"): "primary: mr2 vs mr2_uniform"}
+KEY = ["method", "reference", "ΔHard", "ΔHard_ci_lo", "ΔHard_ci_hi", "ΔHard_p", "All"]  # equal rows: the same runs
+
+
 def study_frame(root: Path, skip: list[str]) -> pd.DataFrame:
-    """The per-run rows of every summary.csv under ``root`` (one folder level; folders in ``skip`` left out),
-    ``folder`` and ``cell`` added."""
+    """The per-run rows of every summary.csv under ``root`` (one folder level; folders in ``skip`` left out), with
+    the tables' labels (:func:`~mr2probe.csvnames.csv_labels`), ``folder`` and ``cell`` added."""
     frames = []
     for path in sorted(p for p in root.glob("*/summary.csv") if p.parent.name not in skip):
-        df = csv_labels(pd.read_csv(path))  # the tables' labels (ΔHard_q, …) from either CSV naming
+        df = csv_labels(pd.read_csv(path))
         df = df[df["scope"] == "run"].copy()
         df.insert(0, "folder", path.parent.name)
         df.insert(1, "cell", path.parent.name + "/" + df["run"].astype(str))
@@ -37,6 +50,29 @@ def study_frame(root: Path, skip: list[str]) -> pd.DataFrame:
     if not frames:
         raise SystemExit(f"no summary.csv under {root}/*/: run `mr2probe bench … --report-only` first")
     return pd.concat(frames, ignore_index=True)
+
+
+def distinct(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct comparison (:data:`KEY` rounded to 4 decimals); ``cells`` lists every cell it stands
+    for, ``copies`` how many."""
+    key = df[KEY].round(4).astype(str).agg("|".join, axis=1)
+    cells = df.groupby(key, sort=False)["cell"].agg(lambda c: ", ".join(c))
+    out = df.loc[~key.duplicated()].copy()
+    out["copies"] = key[~key.duplicated()].map(key.value_counts()).to_numpy()
+    out["cells"] = key[~key.duplicated()].map(cells).to_numpy()
+    return out
+
+
+def by_family(comp: pd.DataFrame) -> pd.DataFrame:
+    """``family`` (:data:`PRIMARY`, else "secondary: METHOD vs REFERENCE") and, within each family,
+    ``ΔHard_q_study`` / ``ΔHard_verdict_study`` (:func:`~mr2probe.summary.family_verdicts`)."""
+    comp = comp.copy()
+    comp["family"] = [PRIMARY.get((m, r), f"secondary: {m} vs {r}") for m, r in zip(comp["method"],
+                                                                                    comp["reference"])]
+    parts = [family_verdicts(g).rename(columns={"ΔHard_q_all": "ΔHard_q_study",
+                                                "ΔHard_verdict_all": "ΔHard_verdict_study"})
+             for _, g in comp.groupby("family", sort=True)]
+    return pd.concat(parts).sort_values(["family", "ΔHard"])
 
 
 def main() -> None:
@@ -47,28 +83,36 @@ def main() -> None:
                     help="folders left out (the positive control is made on features altered on purpose)")
     args = ap.parse_args()
     out = args.out or args.root / "study-verdicts"
-    df = family_verdicts(study_frame(args.root, args.skip)).rename(
-        columns={"ΔHard_q_all": "ΔHard_q_study", "ΔHard_verdict_all": "ΔHard_verdict_study"})
-    comp = df[is_comparison(df)]
-    counts = (comp.groupby(["method", "reference"])["ΔHard_verdict_study"].value_counts().unstack(fill_value=0)
+    df = study_frame(args.root, args.skip)
+    comp = by_family(distinct(df[is_comparison(df)]))
+    counts = (comp.groupby("family")["ΔHard_verdict_study"].value_counts().unstack(fill_value=0)
               .reindex(columns=list(VERDICTS), fill_value=0))
-    counts.insert(0, "cells", counts.sum(axis=1))
-    nulls = df[df["method"] == df["reference"].map(null_name)]
+    counts.insert(0, "comparisons", counts.sum(axis=1))
+    counts = counts.loc[sorted(counts.index, key=lambda f: (not f.startswith("primary"), f))]
+    nulls = distinct(df[df["method"] == df["reference"].map(null_name)])
     excl = ((nulls["ΔHard_ci_lo"] > 0) | (nulls["ΔHard_ci_hi"] < 0))
-    lines = ["# Verdicts of ΔHard over the whole study", "",
-             f"{len(comp)} method × cell comparisons with their cell's reference in one Benjamini–Hochberg family "
-             "(q < 0.05: better / worse; else TOST at each cell's equivalence margin: equivalent; else "
-             f"inconclusive), from the per-run rows of {df['folder'].nunique()} folders' summary.csv. Null controls: "
-             f"{int(excl.sum())} of {len(nulls)} have a ΔHard 95% CI that excludes 0.", "",
+    lines = ["# Verdicts of ΔHard over the whole study, by family", "",
+             f"{int(is_comparison(df).sum())} method × cell rows with their cell's reference, {len(comp)} distinct "
+             f"(the same runs in several folders counted once), from the per-run rows of {df['folder'].nunique()} "
+             "folders' summary.csv; Benjamini–Hochberg within each family (primary: the claims about MR2, "
+             "declared in advance; secondary: one per other method and reference). Verdicts: q < 0.05 better / "
+             "worse; else underpowered where the cell's MDE (the larger of the method's and the null control's) "
+             "exceeds its equivalence margin or there is one replicate; else TOST: equivalent; else inconclusive; "
+             f"identical: the reference's predictions. Null controls: {int(excl.sum())} of {len(nulls)} distinct have "
+             "a ΔHard 95% CI that excludes 0.", "",
              counts.reset_index().to_markdown(index=False), ""]
-    hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"])].sort_values(["method", "ΔHard"])
+    cols = ["family", "cells", "ΔHard", "ΔHard_ci_lo", "ΔHard_ci_hi", "ΔHard_equiv_bound", "ΔHard_mde",
+            "ΔHard_q_study", "ΔHard_verdict_study"]
+    cols = [c for c in cols if c in comp]
+    primary = comp[comp["family"].str.startswith("primary")]
+    lines += ["## The primary families, every comparison", "", primary[cols].to_markdown(index=False, floatfmt=".3g"),
+              ""]
+    hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"]) & ~comp["family"].str.startswith("primary")]
     if len(hits):
-        cols = ["method", "reference", "cell", "ΔHard", "ΔHard_ci_lo", "ΔHard_ci_hi", "ΔHard_q_study",
-                "ΔHard_verdict_study"]
-        lines += ["## Better or worse than the reference", "",
+        lines += ["## Secondary families: better or worse than the reference", "",
                   hits[cols].to_markdown(index=False, floatfmt=".3g"), ""]
     atomic_text(out.with_suffix(".md"), "\n".join(lines))
-    atomic_text(out.with_suffix(".csv"), df.to_csv(index=False, float_format="%.4f", lineterminator="\n"))
+    atomic_text(out.with_suffix(".csv"), comp.to_csv(index=False, float_format="%.4f", lineterminator="\n"))
     print("\n".join(lines[:7]))
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.csv')}")
 
