@@ -13,11 +13,12 @@ SIGINT/SIGTERM are turned into ``KeyboardInterrupt`` but held back while a write
 :class:`FeatureWriter`); under torchrun every decision rank 0 takes alone (output kept, lock refused, settings
 mismatch) reaches all ranks, so none hangs.
 
-Preprocessing (``preprocess``): with "device" (the default) the DataLoader workers only read each image's file
-(and, unless it is a JPEG bound for a CUDA device, decode it to uint8 pixels); the main process decodes the JPEGs
-on the CUDA device (nvJPEG, batched), resizes, crops and normalises the batch there (:func:`preprocess_uint8`,
-one call per image size) and encodes it. With "workers" the workers run the encoder's PIL transform as before
-(bit-for-bit the features of files written that way; several times the CPU work per image). The stored
+Preprocessing (``preprocess``): with "device" (the default) and a CUDA encoder the DataLoader workers only read
+each image's file (and decode it to uint8 pixels unless it is a JPEG); the main process decodes the JPEGs on the
+device (nvJPEG, batched), resizes, crops and normalises the batch there (:func:`preprocess_uint8`, one call per
+image size) and encodes it. With a CPU encoder the workers decode and run the same tensor preprocessing on each
+batch (the CPU is then the device, and the workers keep it off the encoder's process). With "workers" they run
+the encoder's PIL transform per image as before (bit-for-bit the features of files written that way). The stored
 ``preprocessing`` attribute records the pipeline (``"preprocess": "device"``, ``"jpeg_decoder": "nvjpeg"`` on
 CUDA), so a ``.partial`` is resumed only by the pipeline that began it.
 
@@ -57,8 +58,9 @@ from .featurestore import SPLITS, FeatureWriter, base_attrs, partial_path, read_
 from .progress import progress_bar
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
-PREPROCESS = {"device": "workers read (and decode) the images; resize, crop and normalisation run batched on the "
-                        "encoder's device, and JPEG decoding too on CUDA",
+PREPROCESS = {"device": "workers read (and decode) the images; resize, crop and normalisation run batched on uint8 "
+                        "tensors, on the encoder's CUDA device (JPEG decoding too) or, for a CPU encoder, in the "
+                        "workers",
               "workers": "the DataLoader workers decode and run the encoder's PIL transform (the older pipeline)"}
 """Where images are preprocessed during extraction (``preprocess``); the default is the first."""
 
@@ -88,16 +90,19 @@ class ExtractConfig:
     say: Callable[[str], None] | None = None  # rank 0's one-line notes (resumed, kept, wrote); None: silent
 
 
-WORKER_OUTPUTS = ("transformed", "pixels", "jpeg")
+WORKER_OUTPUTS = ("transformed", "pixels", "preprocessed", "jpeg")
 
 
 class _Images(Dataset):
-    """Dataset positions → ((kind, image), label, position), what a DataLoader worker hands over per image.
+    """Dataset positions → ((kind, image), label, position), what a DataLoader worker hands over per image, and
+    :meth:`collate`, how it hands over a batch.
 
     ``output`` "transformed": the encoder's PIL transform (kind "float", the old pipeline); "pixels": uint8 RGB
-    [3, H, W] (kind "uint8"); "jpeg": a JPEG file's bytes, undecoded (kind "jpeg", 1-D uint8), other images as
-    "pixels". An unreadable image comes back as kind "error" with its one-line message (raised by the main
-    process: an exception raised in a worker reaches the user wrapped in the worker's traceback)."""
+    [3, H, W] (kind "uint8"); "preprocessed": "pixels", and the batch preprocessed by :meth:`Encoder.preprocess`
+    in the worker (for a CPU encoder: the same tensor kernels as on CUDA, in parallel with the encoder); "jpeg": a
+    JPEG file's bytes, undecoded (kind "jpeg", 1-D uint8), other images as "pixels". An unreadable image comes
+    back as kind "error" with its one-line message (raised by the main process: an exception raised in a worker
+    reaches the user wrapped in the worker's traceback)."""
 
     def __init__(self, split: ImageSplit, positions: np.ndarray, encoder: Encoder, output: str = "pixels") -> None:
         if output not in WORKER_OUTPUTS:
@@ -116,6 +121,10 @@ class _Images(Dataset):
         except (OSError, Image.DecompressionBombError) as e:  # a dataset's own loader (not one of our files)
             item = ("error", f"cannot read image {pos} of the split: {one_line(e)}")
         return item, int(self.split.labels[pos]), pos
+
+    def collate(self, samples: list[tuple[tuple[str, Any], int, int]]) -> _Batch:
+        """The DataLoader's ``collate_fn``: :func:`_collate`, preprocessing the batch for "preprocessed"."""
+        return _collate(samples, self.encoder if self.output == "preprocessed" else None)
 
     def _read(self, pos: int) -> tuple[str, torch.Tensor]:
         if self.output == "transformed":
@@ -148,8 +157,9 @@ class _Batch:
         return self
 
 
-def _collate(samples: list[tuple[tuple[str, Any], int, int]]) -> _Batch:
-    """Stack the images of each kind and size (in a worker: the main process gets a few tensors per batch)."""
+def _collate(samples: list[tuple[tuple[str, Any], int, int]], encoder: Encoder | None = None) -> _Batch:
+    """Stack the images of each kind and size (in a worker: the main process gets a few tensors per batch); with
+    ``encoder``, preprocess them into one float tensor in batch order."""
     labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
     pos = torch.tensor([s[2] for s in samples], dtype=torch.int64)
     errors = [item[1] for item, _, _ in samples if item[0] == "error"]
@@ -164,7 +174,20 @@ def _collate(samples: list[tuple[tuple[str, Any], int, int]]) -> _Batch:
         else:
             shapes.setdefault((kind, *image.shape), []).append(row)
     groups = [torch.stack([samples[r][0][1] for r in rows]) for rows in shapes.values()]
-    return _Batch(labels, pos, groups, list(shapes.values()), jpegs, jpeg_rows)
+    rows = list(shapes.values())
+    if encoder is not None and groups:
+        groups, rows = [_in_order(encoder.preprocess(groups), rows)], [list(range(len(samples)))]
+    return _Batch(labels, pos, groups, rows, jpegs, jpeg_rows)
+
+
+def _in_order(x: torch.Tensor, rows: list[list[int]]) -> torch.Tensor:
+    """``x``'s rows (the groups' rows one after the other) put back at their batch ``rows``."""
+    order = [r for members in rows for r in members]
+    if order == list(range(len(order))):
+        return x
+    out = torch.empty_like(x)
+    out[torch.tensor(order, device=x.device)] = x
+    return out
 
 
 def _decode_on_device(batch: _Batch, split: ImageSplit, device: torch.device) -> list[torch.Tensor]:
@@ -199,16 +222,9 @@ def batch_on_device(batch: _Batch, encoder: Encoder, split: ImageSplit) -> torch
             by_shape.setdefault(tuple(image.shape), []).append(i)
         groups += [torch.stack([decoded[i] for i in members]) for members in by_shape.values()]
         rows += [[batch.jpeg_rows[i] for i in members] for members in by_shape.values()]
-    if groups[0].is_floating_point():  # already transformed by the workers
-        x = torch.cat(groups) if len(groups) > 1 else groups[0]
-    else:
-        x = encoder.preprocess(groups)
-    order = [r for members in rows for r in members]
-    if order == list(range(len(order))):
-        return x
-    out = torch.empty_like(x)
-    out[torch.tensor(order, device=device)] = x
-    return out
+    if groups[0].is_floating_point():  # already preprocessed by the workers
+        return _in_order(torch.cat(groups) if len(groups) > 1 else groups[0], rows)
+    return _in_order(encoder.preprocess(groups), rows)
 
 
 def stratified_positions(labels: np.ndarray, per_class: int | None, seed: int = 0) -> np.ndarray:
@@ -444,7 +460,7 @@ def worker_output(preprocess: str, device: torch.device) -> str:
     """What the DataLoader workers produce (see :class:`_Images`) for a ``preprocess`` setting and device."""
     if preprocess == "workers":
         return "transformed"
-    return "jpeg" if device.type == "cuda" else "pixels"
+    return "jpeg" if device.type == "cuda" else "preprocessed"
 
 
 def pipeline_attrs(preprocess: str, device: torch.device) -> dict[str, str]:
@@ -468,8 +484,8 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
     critical = interrupts.critical if interrupts is not None else contextlib.nullcontext
     pause = float(os.environ.get("MR2PROBE_TEST_SLEEP_PER_BATCH", "0") or 0)  # test-only, see module doc
     mine = np.concatenate([positions[lo:hi] for lo, hi in blocks])
-    loader = DataLoader(_Images(split, mine, encoder, worker_output(cfg.preprocess, encoder.device)),
-                        batch_size=cfg.batch_size, shuffle=False, collate_fn=_collate,
+    images = _Images(split, mine, encoder, worker_output(cfg.preprocess, encoder.device))
+    loader = DataLoader(images, batch_size=cfg.batch_size, shuffle=False, collate_fn=images.collate,
                         num_workers=_workers(cfg.workers) if len(mine) else 0,
                         pin_memory=encoder.device.type == "cuda", worker_init_fn=_interrupt_on_sigterm)
     buffer = None
