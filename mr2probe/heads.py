@@ -106,9 +106,9 @@ class MLPAdapter(LinearAdapter):
 def _affine(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     """[H|1, B, d] × W [H, K, d] (+ b [H, K]) → [H, B, K]; one GEMM when z is shared by all heads."""
     h, k, d = w.shape
-    if z.shape[0] == 1:
-        out = (z[0] @ w.reshape(h * k, d).T).view(-1, h, k).transpose(0, 1)
-        return out if b is None else out + b[:, None, :]
+    if z.shape[0] == 1:  # the bias in the product (addmm), not a pass of its own over the logits
+        flat = z[0] @ w.reshape(h * k, d).T if b is None else torch.addmm(b.reshape(h * k), z[0], w.reshape(h * k, d).T)
+        return flat.view(-1, h, k).transpose(0, 1)
     return torch.bmm(z, w.transpose(1, 2)) if b is None else torch.baddbmm(b[:, None, :], z, w.transpose(1, 2))
 
 

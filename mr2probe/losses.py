@@ -53,6 +53,7 @@ class Terms:
 # rows of LossTables.at_label (taken at the true class) and of LossTables.per_head
 SCALE, MARGIN, WEIGHT = 0, 1, 2
 SMOOTH, FOCAL, GCE = 0, 1, 2
+GCE_OFF = 1e-30  # the q of rows without GCE: −expm1(−q c)/q = c (to rounding), 1 − q c = 1, in float32 and 64
 
 
 class LossTables:
@@ -67,6 +68,7 @@ class LossTables:
         self.at_label[MARGIN].zero_()
         self.offset = torch.zeros(heads, num_classes, device=device, dtype=dtype)
         self.per_head = torch.zeros(3, heads, device=device, dtype=dtype)
+        self.per_head[GCE] = GCE_OFF
         self.dropped = torch.zeros(heads, num_classes, device=device, dtype=torch.bool)
         self.uses: set[str] = set()  # "offset", "margin", "smoothing", "focal", "gce"
         self.sigmoid: list[slice] = []  # row ranges in the sigmoid mode
@@ -98,6 +100,7 @@ class LossTables:
             if t is not None:
                 self.per_head[index, rows] = pick(t)
                 self.uses.add(name)
+        self.per_head[GCE].clamp_min_(GCE_OFF)
         if terms.sigmoid:
             self.at_label[WEIGHT, rows] = 0.0  # the softmax form gives these rows neither loss nor gradient
             if terms.negatives_dropped is not None:
@@ -119,17 +122,15 @@ def _transform(c: torch.Tensor, gamma: torch.Tensor | None, q: torch.Tensor | No
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """ψ(c) and ψ′(c) for ψ = focal_γ ∘ gce_q (module docstring); None for ψ′ = 1 (no transform)."""
     psi, grad = c, None
-    if q is not None:  # gce_q(c) = −expm1(−q c)/q, gce′ = e^{−q c}; q = 0: c, 1
-        on = q[:, None] > 0
-        e = torch.exp(-q[:, None] * c)
-        psi = torch.where(on, -torch.expm1(-q[:, None] * c) / q[:, None].clamp_min(1e-30), c)
-        grad = torch.where(on, e, torch.ones_like(c))
-    if gamma is not None:  # focal_γ(x) = m^γ x, m = 1 − e^{−x}; focal′ = m^γ + γ m^{γ−1} e^{−x} x
+    if q is not None:  # gce_q(c) = −expm1(−q c)/q, gce′ = e^{−q c} = 1 − q·gce_q(c); rows without GCE hold q = 1e-30
+        q = q[:, None]  # (LossTables), where gce_q(c) = c (to rounding) and gce′ = 1: no branch per row
+        psi = torch.expm1(-q * c).div_(-q)
+        grad = 1 - q * psi
+    if gamma is not None:  # focal_γ(x) = m^γ x, m = 1 − e^{−x}; focal′ = m^γ + γ m^{γ−1} (1 − m) x; γ = 0: x, 1
         g = gamma[:, None]
-        m = (-torch.expm1(-psi)).clamp_min(0)
+        m = torch.expm1(-psi).neg_().clamp_min_(1e-30)  # m^{γ−1} stays finite where x = 0 (then the term is 0)
         mg = m.pow(g)
-        slope = torch.where((m > 0) & (g > 0), g * m.pow(g - 1) * torch.exp(-psi) * psi, torch.zeros_like(m))
-        outer = mg + slope
+        outer = mg + g * mg / m * (1 - m) * psi
         psi = mg * psi
         grad = outer if grad is None else outer * grad
     return psi, grad
@@ -139,12 +140,18 @@ class _StackCE(torch.autograd.Function):
     """The per-row losses ℓ [H] of the module docstring and their closed-form gradient with respect to z."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook]) -> torch.Tensor:
+    def forward(ctx, z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         b, k = z.shape[1], z.shape[2]
         target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
         scale, margin, weight = tables.at_label.index_select(2, y).unbind(0)  # [H, B] each
         uses = tables.uses
-        u = torch.addcmul(tables.offset[:, None, :], scale[..., None], z) if "offset" in uses else z * scale[..., None]
+        u = torch.empty_like(z)  # z's memory layout (the head's [B, H, K]): the gradient made from u keeps it, and the
+        # product's backward reads it without a copy
+        if "offset" in uses:
+            torch.addcmul(tables.offset[:, None, :], scale[..., None], z, out=u)
+        else:
+            torch.mul(z, scale[..., None], out=u)
         if "margin" in uses:
             u.scatter_add_(2, target, -margin[..., None])
         lse = torch.logsumexp(u, 2)
@@ -164,11 +171,12 @@ class _StackCE(torch.autograd.Function):
             losses[rows] = _sigmoid_rows(z[rows], y, tables.dropped[rows], b)[0]
         ctx.save_for_backward(z, u, lse, coef, y, eps if eps is not None else lse.new_zeros(0))
         ctx.sigmoid, ctx.dropped, ctx.k = list(tables.sigmoid), tables.dropped, k
-        return losses
+        ctx.mark_non_differentiable(c)
+        return losses, c
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g: torch.Tensor):
+    def backward(ctx, g: torch.Tensor, _: torch.Tensor):
         z, u, lse, coef, y, eps = ctx.saved_tensors
         c = coef * g[:, None]  # [H, B]
         grad = (u - lse[..., None]).exp_().mul_(c[..., None])  # c · softmax(u)
@@ -185,7 +193,7 @@ class _StackCE(torch.autograd.Function):
 def _sigmoid_rows(z: torch.Tensor, y: torch.Tensor, dropped: torch.Tensor, b: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sigmoid-mode rows: (ℓ [h], ∂ℓ/∂z [h, B, K]) of Σ_k n_k · BCE(z_k, t_k) averaged over the B samples."""
-    t = F.one_hot(y, z.shape[2]).to(z.dtype)  # [B, K]
+    t = (y[:, None] == torch.arange(z.shape[2], device=y.device)).to(z.dtype)  # [B, K] (no host read, unlike one_hot)
     keep = 1.0 - (dropped[:, None, :] & (t == 0)[None]).to(z.dtype)  # n [h, B, K]
     bce = F.softplus(z) - z * t
     return (keep * bce).sum((1, 2)) / b, keep * (torch.sigmoid(z) - t) / b
@@ -194,15 +202,22 @@ def _sigmoid_rows(z: torch.Tensor, y: torch.Tensor, dropped: torch.Tensor, b: in
 def stack_loss(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook] = ()) -> torch.Tensor:
     """Per-row losses ℓ [H] of logits z [H, B, K] and labels y [B] under ``tables`` (module docstring); the
     gradient with respect to z is the closed form. ``hooks``: the per-step weights of some rows."""
+    return _StackCE.apply(z, y, tables, list(hooks))[0]
+
+
+def stack_loss_and_ce(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook] = ()
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`stack_loss` and the per-sample c [H, B] (detached; what the hooks see), for a later pass's hooks."""
     return _StackCE.apply(z, y, tables, list(hooks))
 
 
 def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean of ``values`` [h, B] over the batch samples of each class → (means [h, K], present [K] bool); a class
-    absent from the batch has mean 0 and ``present`` False."""
-    onehot = F.one_hot(y, num_classes).to(values.dtype)  # [B, K]
-    counts = onehot.sum(0)
-    return (values @ onehot) / counts.clamp_min(1), counts > 0
+    absent from the batch has mean 0 and ``present`` False. (``index_add`` and ``bincount(minlength=K)``, not
+    ``one_hot``, which reads the labels' range on the host.)"""
+    counts = torch.bincount(y, minlength=num_classes)
+    sums = values.new_zeros(values.shape[0], num_classes).index_add_(1, y, values)
+    return sums / counts.clamp_min(1), counts > 0
 
 
 def class_mean_weights(q: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:

@@ -37,7 +37,7 @@ import torch
 from .distributed import local_device
 from .errors import UserError
 from .heads import ProbeConfig, ProbeStack
-from .losses import LossTables, stack_loss
+from .losses import LossTables, stack_loss, stack_loss_and_ce
 from .methods import METHODS, Batch, FitContext, Method
 from .optim import StackedAdamW
 from .progress import progress_bar
@@ -427,16 +427,17 @@ class StackStep:
         self.rebuild_tables()
 
     def rebuild_tables(self) -> None:
-        """The loss tables of the stack as it is now (after set-up, and after each cut of successive halving)."""
-        live = self.probe.num_heads
+        """The loss tables of the stack as it is now (after set-up, and after each cut of successive halving): one
+        for the live heads, one for the methods' auxiliary heads (all h of each such method, in method order)."""
+        x = next(iter(self.probe.state_dict().values()))
         self.aux: list[tuple[Method, "_View", slice]] = []
-        start = live
+        start = 0
         for m, v in self.methods:
             if type(m).aux_logits is not Method.aux_logits:
                 self.aux.append((m, v, slice(start, start + m.h)))
                 start += m.h
-        x = next(iter(self.probe.state_dict().values()))
-        self.tables = LossTables(start, self.num_classes, x.device, x.dtype)
+        self.tables = LossTables(self.probe.num_heads, self.num_classes, x.device, x.dtype)
+        self.aux_tables = LossTables(start, self.num_classes, x.device, x.dtype) if self.aux else None
         for m, v in self.methods:
             self.write_terms(m, v)
         self.uses_rep = [type(m).reweights or type(m).aux_logits is not Method.aux_logits
@@ -448,14 +449,11 @@ class StackStep:
         self.tables.write(v.sl, m.terms(), v.local)
         for mm, _, rows in self.aux:
             if mm is m:
-                self.tables.write(rows, m.aux_terms())
-
-    def write_all_terms(self) -> None:
-        for m, v in self.methods:
-            self.write_terms(m, v)
+                self.aux_tables.write(rows, m.aux_terms())
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """The stack's training loss on one batch: Σ over live heads of their per-head losses."""
+        """The stack's training loss on one batch: Σ over live heads of their per-head losses. The auxiliary heads
+        (LfF's biased heads) go first, in a pass of their own, so the hooks of the main pass can read their c."""
         rep, logits = self.probe(xb, self.detach)
         sizes = [v.sl.stop - v.sl.start for _, v in self.methods]
         reps = rep.split(sizes) if rep.shape[0] > 1 else [rep] * len(self.methods)
@@ -466,13 +464,14 @@ class StackStep:
                 m.before_step(batches[id(m)])
                 if m.per_step_terms:
                     self.tables.write(v.sl, m.terms(), v.local)
-        aux = [m.aux_logits(batches[id(m)]) for m, _, _ in self.aux]
-        z = torch.cat([logits, *aux]) if aux else logits
-        hooks = [(v.sl, self._hook(m, v, batches[id(m)])) for m, v in self.methods if type(m).reweights]
-        per_row = stack_loss(z, yb, self.tables, hooks)
-        loss = per_row.sum() if not aux else per_row[:logits.shape[0]].sum()
-        for m, v, rows in self.aux:
-            loss = loss + v.live(per_row[rows]).sum()
+        loss, c_aux = None, None
+        if self.aux:
+            z_aux = torch.cat([m.aux_logits(batches[id(m)]) for m, _, _ in self.aux])
+            per_aux, c_aux = stack_loss_and_ce(z_aux, yb, self.aux_tables)
+            loss = sum(v.live(per_aux[rows]).sum() for _, v, rows in self.aux)
+        hooks = [(v.sl, self._hook(m, v, batches[id(m)], c_aux)) for m, v in self.methods if type(m).reweights]
+        main = stack_loss(logits, yb, self.tables, hooks).sum()
+        loss = main if loss is None else main + loss
         for m, v in self.methods:
             if type(m).extra_loss is not Method.extra_loss:
                 extra = m.extra_loss(batches[id(m)])
@@ -482,13 +481,14 @@ class StackStep:
             loss = loss + 0.5 * (self.l2 * self.probe.head_W.pow(2).sum((1, 2))).sum()
         return loss
 
-    def _hook(self, m: Method, v: "_View", batch: Batch) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The per-step weights of method ``m``'s live rows from every row's c [rows, B]."""
-        aux_rows = next((rows for mm, _, rows in self.aux if mm is m), None)
+    def _hook(self, m: Method, v: "_View", batch: Batch, c_aux: torch.Tensor | None
+              ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The per-step weights of method ``m``'s live rows from every row's c [H, B]."""
+        rows = next((rows for mm, _, rows in self.aux if mm is m), None)
 
         def weights(c: torch.Tensor) -> torch.Tensor:
-            c_aux = None if aux_rows is None else c[aux_rows]
-            return v.live(m.sample_weights(v.full(c[v.sl]), batch, c_aux))
+            own_aux = None if rows is None or c_aux is None else c_aux[rows]
+            return v.live(m.sample_weights(v.full(c[v.sl]), batch, own_aux))
 
         return weights
 

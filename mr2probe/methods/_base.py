@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 import torch
 
 from ..errors import UserError
-from ..losses import LossTables, Terms, stack_loss
+from ..losses import LossTables, Terms, stack_loss, stack_loss_and_ce
 from ..registry import Registry
 
 if TYPE_CHECKING:
@@ -168,21 +168,20 @@ class Method:
         return None
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        """Per-head training loss [h] of this method alone: the stack's pass (mr2probe.losses) over its heads."""
+        """Per-head training loss [h] of this method alone: the stack's passes (mr2probe.losses) over its heads
+        (and its auxiliary heads first, whose c its hook may read)."""
         self.before_step(batch)
+        z, k = batch.logits, batch.logits.shape[2]
+        tables = LossTables(self.h, k, z.device, z.dtype)
+        tables.write(slice(0, self.h), self.terms())
         aux = self.aux_logits(batch)
-        h = self.h
-        z = batch.logits if aux is None else torch.cat([batch.logits, aux])
-        tables = LossTables(z.shape[0], z.shape[2], z.device, z.dtype)
-        tables.write(slice(0, h), self.terms())
+        out, c_aux = 0.0, None
         if aux is not None:
-            tables.write(slice(h, z.shape[0]), self.aux_terms())
-        hooks = []
-        if self.reweights:
-            hooks.append((slice(0, h), lambda c: self.sample_weights(
-                c[:h], batch, c[h:] if aux is not None else None)))
-        per_row = stack_loss(z, batch.y, tables, hooks)
-        out = per_row[:h] if aux is None else per_row[:h] + per_row[h:]
+            aux_tables = LossTables(aux.shape[0], k, z.device, z.dtype)
+            aux_tables.write(slice(0, aux.shape[0]), self.aux_terms())
+            out, c_aux = stack_loss_and_ce(aux, batch.y, aux_tables)
+        hooks = [(slice(0, self.h), lambda c: self.sample_weights(c, batch, c_aux))] if self.reweights else []
+        out = stack_loss(z, batch.y, tables, hooks) + out
         extra = self.extra_loss(batch)
         return out if extra is None else out + extra
 

@@ -35,6 +35,9 @@ from ..stats import ClassStats, batch_class_stats, class_stats_chunked, margins
 from ._base import METHODS, Batch, Method, per_head_ce
 
 
+SYNC_FREE = False  # True: ``auto`` takes the dense layout on a CPU too (benchmarks/step_ops.py counts the device path)
+
+
 def logit_margin_ce(logits: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
     """CE(f(x)/γ_y, y) per head and sample: logits [h, B, K], y [B], γ [h, K] → [h, B]."""
     return per_head_ce(logits / gamma[:, y].unsqueeze(-1), y)
@@ -50,14 +53,15 @@ def rep_margin_loss(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau: 
     z [h, B, d]; s̄, τ [h]; ``reference`` a bool or per head [h]. The reference form is the public code's
     D/10/K · Σ_c mean_c log(1 + Σ exp((d² − 2s̄)/(10·D))) at τ = 10·D. Only same-class pairs matter, in one of
     three layouts (same value; ``layout`` forces one): ``dense`` one masked B×B matrix (static shapes, no host sync:
-    what ``auto`` takes on a GPU and under torch.compile); ``blocks`` sorts the batch by class into padded blocks [h, C, m, d] (C classes present,
-    m = largest class count) whose m×m Gram matrices come from one batched product (C·m²·d work instead of
-    B²·d); ``pairs`` lists the P same-class pairs and gathers them (P·d work). ``auto`` takes pairs when
-    P < C·m, i.e. when most block rows would be padding (many classes, few samples each: K = 1000, B = 512).
+    what ``auto`` takes on a GPU, under torch.compile and with ``SYNC_FREE``); ``blocks`` sorts the batch by class
+    into padded blocks [h, C, m, d] (C classes present, m = largest class count) whose m×m Gram matrices come from
+    one batched product (C·m²·d work instead of B²·d); ``pairs`` lists the P same-class pairs and gathers them (P·d
+    work). ``auto`` takes pairs when P < C·m, i.e. when most block rows would be padding (many classes, few samples
+    each: K = 1000, B = 512).
     log(1 + Σ exp a) = softplus(logsumexp a)."""
     if layout not in ("auto", "pairs", "blocks", "dense"):
         raise ValueError(f"layout must be auto, pairs, blocks or dense, got {layout!r}")
-    if layout == "dense" or (layout == "auto" and (z.is_cuda or torch.compiler.is_compiling())):
+    if layout == "dense" or (layout == "auto" and (z.is_cuda or SYNC_FREE or torch.compiler.is_compiling())):
         return _dense_rep_margin(z, y, s_bar, tau, reference, num_classes)
     order = torch.argsort(y, stable=True)
     _, counts = torch.unique_consecutive(y[order], return_counts=True)
