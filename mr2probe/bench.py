@@ -296,14 +296,12 @@ def _run_name(where: str, name: Any) -> str:
 
 
 def suite_path(text: str, base: Path) -> Path:
-    """A path named in a suite: relative ones are read from the suite file's folder ``base``; when the file is
-    not there but is in the current folder, from there (the shipped suites name ``extract/*.toml`` from the
-    repository root)."""
+    """A path named in a suite: a relative one is read from the suite file's folder ``base`` when the file is
+    there, else from the current folder as written (the shipped suites name ``extract/*.toml`` and
+    ``features/*.h5`` from the repository root; a feature file still to be made keeps that name)."""
     path = Path(text).expanduser()
-    if path.is_absolute():
-        return path
     beside = base / path
-    return path if not beside.exists() and path.exists() else beside
+    return beside if not path.is_absolute() and beside.exists() else path
 
 
 def _encoder_entry(text: str, where: str, base: Path = Path(".")) -> EncoderEntry:

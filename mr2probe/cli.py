@@ -225,13 +225,14 @@ def train(
         typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
-    if settings["reference"] not in names:
-        typer.echo(f"the reference {settings['reference']} is not among --methods: {names[0]} is the reference "
-                   f"(the groups and every Δ are against it); add {settings['reference']} to --methods, or pass "
-                   f"--reference {names[0]}", err=True)
     groups_on, margin = settings.pop("groups_on"), settings.pop("equivalence_margin")
     cfg = config_from_settings(features, out, names, list(range(seeds)), head, adapter, settings,
                                params, train_profile, progress=not quiet)
+    cfg.check()  # bad input refused before anything is said or written
+    if cfg.reference_method != settings["reference"]:
+        typer.echo(f"the reference {settings['reference']} is not among --methods: {cfg.reference_method} is the "
+                   f"reference (the groups and every Δ are against it); add {settings['reference']} to --methods, "
+                   f"or pass --reference {cfg.reference_method}", err=True)
     init_distributed()
     before = _mtime(out / "results.json")
     run_experiment(cfg)

@@ -244,13 +244,16 @@ def test_suite_paths_are_read_beside_the_suite(tmp_path: Path, monkeypatch: pyte
     (tmp_path / "suites" / "mine.toml").write_text('encoder = "efficientnet-lite0"\nbatch_size = 8\n')
     suite = tmp_path / "suites" / "s.toml"
     suite.write_text('datasets = ["fashion-mnist"]\nencoders = ["mine.toml"]\nmethods = ["ce"]\n'
-                     '[[runs]]\nname = "own"\nfeatures = "feats.h5"\n')
+                     '[[runs]]\nname = "own"\nfeatures = "feats.h5"\n[[runs]]\nname = "later"\n'
+                     'features = "features/made-later.h5"\n')
+    (tmp_path / "suites" / "feats.h5").write_bytes(b"")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     s = load_suite(suite)
     assert s.encoders[0].settings["batch_size"] == 8
     assert Path(s.runs[0].features) == tmp_path / "suites" / "feats.h5"
+    assert s.runs[1].features == "features/made-later.h5"  # not beside the suite: as written
     monkeypatch.chdir(ROOT)  # the shipped suites name extract/*.toml from the repository root
     assert load_suite(ROOT / "benchmarks" / "smoke.toml").encoders[0].label == "efficientnet-lite0"
 
