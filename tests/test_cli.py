@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from conftest import BUNDLED, md_rows, run_cli
+from mr2probe.csvnames import csv_name
 from mr2probe.metrics import COLUMNS, DELTA_COLUMNS
 
 
@@ -35,7 +36,8 @@ def test_train_report_info_on_bundled_file(tmp_path: Path) -> None:
         assert z["predictions"].shape == (2000, 6) and len(z["test_labels"]) == 2000
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert [row["method"] for row in rows] == ["ce", "mr2", "ce (null)"]
-    assert list(rows[0])[: 1 + len(COLUMNS + DELTA_COLUMNS)] == ["method"] + COLUMNS + DELTA_COLUMNS
+    assert list(rows[0])[: 1 + len(COLUMNS + DELTA_COLUMNS)] == ["method"] + [csv_name(c) for c in
+                                                                              COLUMNS + DELTA_COLUMNS]
     table_before = (out / "table.md").read_text()
     (out / "table.md").unlink()
     r = run_cli("report", str(out))
