@@ -136,58 +136,85 @@ def _transform(c: torch.Tensor, gamma: torch.Tensor | None, q: torch.Tensor | No
     return psi, grad
 
 
+@dataclass
+class _Pass:
+    """What the forward of the loss form leaves for the closed-form backward."""
+
+    u: torch.Tensor  # [H, B, K] the scaled, offset, margin-shifted logits
+    lse: torch.Tensor  # [H, B]
+    coef: torch.Tensor  # [H, B] w ψ′ a / B
+    eps: torch.Tensor | None  # [H, 1] label smoothing, or None
+
+
+@torch.no_grad()
+def _forward(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook]
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, _Pass]:
+    """The forward of the loss form on detached logits: (ψ(c) [H, B], w [H, B], c [H, B], what the backward reads).
+    The hooks run here, outside any autograd function (they update method state in place)."""
+    b = z.shape[1]
+    target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
+    scale, margin, weight = tables.at_label.index_select(2, y).unbind(0)  # [H, B] each
+    uses = tables.uses
+    u = _scaled(z, scale, tables.offset if "offset" in uses else None)
+    if "margin" in uses:
+        u.scatter_add_(2, target, -margin[..., None])
+    lse = torch.logsumexp(u, 2)
+    u_y = u.gather(2, target).squeeze(2)
+    eps = tables.per_head[SMOOTH][:, None] if "smoothing" in uses else None
+    c = lse - u_y if eps is None else lse - (1 - eps) * u_y - eps * u.mean(2)
+    psi, dpsi = _transform(c, tables.per_head[FOCAL] if "focal" in uses else None,
+                           tables.per_head[GCE] if "gce" in uses else None)
+    w = weight
+    if hooks:
+        w = w.clone()
+        for rows, hook in hooks:
+            w[rows].mul_(hook(c))
+    coef = (w / b) * scale if dpsi is None else (w / b) * dpsi * scale  # ∂ℓ/∂u_hb,· = coef · (softmax − q)
+    return psi, w, c, _Pass(u, lse, coef, eps)
+
+
 class _StackCE(torch.autograd.Function):
-    """The per-row losses ℓ [H] of the module docstring and their closed-form gradient with respect to z."""
+    """ℓ [H] = Σ_b w ψ(c) / B from the forward's ψ(c) and w (sigmoid rows: their own loss), with the closed-form
+    gradient with respect to z from what the forward left (:class:`_Pass`)."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook]
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        b, k = z.shape[1], z.shape[2]
-        target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
-        scale, margin, weight = tables.at_label.index_select(2, y).unbind(0)  # [H, B] each
-        uses = tables.uses
-        u = torch.empty_like(z)  # z's memory layout (the head's [B, H, K]): the gradient made from u keeps it, and the
-        # product's backward reads it without a copy
-        if "offset" in uses:
-            torch.addcmul(tables.offset[:, None, :], scale[..., None], z, out=u)
-        else:
-            torch.mul(z, scale[..., None], out=u)
-        if "margin" in uses:
-            u.scatter_add_(2, target, -margin[..., None])
-        lse = torch.logsumexp(u, 2)
-        u_y = u.gather(2, target).squeeze(2)
-        eps = tables.per_head[SMOOTH][:, None] if "smoothing" in uses else None
-        c = lse - u_y if eps is None else lse - (1 - eps) * u_y - eps * u.mean(2)
-        psi, dpsi = _transform(c, tables.per_head[FOCAL] if "focal" in uses else None,
-                               tables.per_head[GCE] if "gce" in uses else None)
-        w = weight
-        if hooks:
-            w = w.clone()
-            for rows, hook in hooks:
-                w[rows].mul_(hook(c))
+    def forward(ctx, z: torch.Tensor, psi: torch.Tensor, w: torch.Tensor, y: torch.Tensor, saved: _Pass,
+                sigmoid: list[slice], dropped: torch.Tensor) -> torch.Tensor:
+        b = z.shape[1]
         losses = (w * psi).sum(1) / b
-        coef = (w / b) * scale if dpsi is None else (w / b) * dpsi * scale  # ∂ℓ/∂u_hb,· = coef · (softmax − q)
-        for rows in tables.sigmoid:
-            losses[rows] = _sigmoid_rows(z[rows], y, tables.dropped[rows], b)[0]
-        ctx.save_for_backward(z, u, lse, coef, y, eps if eps is not None else lse.new_zeros(0))
-        ctx.sigmoid, ctx.dropped, ctx.k = list(tables.sigmoid), tables.dropped, k
-        ctx.mark_non_differentiable(c)
-        return losses, c
+        for rows in sigmoid:
+            losses[rows] = _sigmoid_rows(z[rows], y, dropped[rows], b)[0]
+        ctx.flipped = saved.u._base is not None  # a transposed view (_scaled): save its base, not a view of it
+        ctx.save_for_backward(z, saved.u.transpose(0, 1) if ctx.flipped else saved.u, saved.lse, saved.coef, y,
+                              saved.eps if saved.eps is not None else saved.lse.new_zeros(0), dropped)
+        ctx.sigmoid = sigmoid
+        return losses
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g: torch.Tensor, _: torch.Tensor):
-        z, u, lse, coef, y, eps = ctx.saved_tensors
+    def backward(ctx, g: torch.Tensor):
+        z, u, lse, coef, y, eps, dropped = ctx.saved_tensors
+        u = u.transpose(0, 1) if ctx.flipped else u
         c = coef * g[:, None]  # [H, B]
         grad = (u - lse[..., None]).exp_().mul_(c[..., None])  # c · softmax(u)
         target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
         if eps.numel():
-            grad.scatter_add_(2, target, -(c * (1 - eps))[..., None]).sub_((c * eps / ctx.k)[..., None])
+            grad.scatter_add_(2, target, -(c * (1 - eps))[..., None]).sub_((c * eps / z.shape[2])[..., None])
         else:
             grad.scatter_add_(2, target, -c[..., None])
         for rows in ctx.sigmoid:
-            grad[rows] = _sigmoid_rows(z[rows], y, ctx.dropped[rows], z.shape[1])[1] * g[rows, None, None]
-        return grad, None, None, None
+            grad[rows] = _sigmoid_rows(z[rows], y, dropped[rows], z.shape[1])[1] * g[rows, None, None]
+        return grad, None, None, None, None, None, None
+
+
+def _scaled(z: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
+    """u = a·z + o in z's memory layout: the shared product gives z as [B, H, K] in memory (a transposed view), and a
+    u (and so a gradient) in that layout reaches the product's backward without a copy. One op."""
+    if not z.is_contiguous() and z.transpose(0, 1).is_contiguous():
+        zt, st = z.transpose(0, 1), scale.T[..., None]
+        ut = zt * st if offset is None else torch.addcmul(offset[None], st, zt)
+        return ut.transpose(0, 1)
+    return z * scale[..., None] if offset is None else torch.addcmul(offset[:, None, :], scale[..., None], z)
 
 
 def _sigmoid_rows(z: torch.Tensor, y: torch.Tensor, dropped: torch.Tensor, b: int
@@ -202,20 +229,26 @@ def _sigmoid_rows(z: torch.Tensor, y: torch.Tensor, dropped: torch.Tensor, b: in
 def stack_loss(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook] = ()) -> torch.Tensor:
     """Per-row losses ℓ [H] of logits z [H, B, K] and labels y [B] under ``tables`` (module docstring); the
     gradient with respect to z is the closed form. ``hooks``: the per-step weights of some rows."""
-    return _StackCE.apply(z, y, tables, list(hooks))[0]
+    return stack_loss_and_ce(z, y, tables, hooks)[0]
 
 
 def stack_loss_and_ce(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequence[Hook] = ()
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`stack_loss` and the per-sample c [H, B] (detached; what the hooks see), for a later pass's hooks."""
-    return _StackCE.apply(z, y, tables, list(hooks))
+    psi, w, c, saved = _forward(z.detach(), y, tables, list(hooks))
+    return _StackCE.apply(z, psi, w, y, saved, list(tables.sigmoid), tables.dropped), c
+
+
+def label_counts(y: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """n_k, the count of each class among the labels y [B] → [K], by ``index_add`` into K zeros: static shapes and
+    no host read (``one_hot`` reads the labels' range on the host; ``bincount``'s size depends on the data)."""
+    return torch.zeros(num_classes, dtype=dtype, device=y.device).index_add_(0, y, torch.ones_like(y, dtype=dtype))
 
 
 def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean of ``values`` [h, B] over the batch samples of each class → (means [h, K], present [K] bool); a class
-    absent from the batch has mean 0 and ``present`` False. (``index_add`` and ``bincount(minlength=K)``, not
-    ``one_hot``, which reads the labels' range on the host.)"""
-    counts = torch.bincount(y, minlength=num_classes)
+    absent from the batch has mean 0 and ``present`` False."""
+    counts = label_counts(y, num_classes, values.dtype)
     sums = values.new_zeros(values.shape[0], num_classes).index_add_(1, y, values)
     return sums / counts.clamp_min(1), counts > 0
 
@@ -223,5 +256,5 @@ def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tupl
 def class_mean_weights(q: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Per-sample weights r [h, B] with (1/B) Σ_b r_hb c_hb = Σ_k q_hk · (mean of c over the batch samples of class
     k): r_hb = B · q_h,y_b / n_y_b, n the batch counts (a class-weighted sum of class means as a batch mean)."""
-    counts = torch.bincount(y, minlength=num_classes).to(q.dtype)  # [K]
+    counts = label_counts(y, num_classes, q.dtype)  # [K]
     return (q / counts.clamp_min(1)).index_select(1, y) * y.shape[0]

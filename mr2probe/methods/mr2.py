@@ -30,7 +30,7 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import UserError
 from ..heads import HEADS, Head
-from ..losses import Terms
+from ..losses import Terms, label_counts
 from ..stats import ClassStats, batch_class_stats, class_stats_chunked, margins
 from ._base import METHODS, Batch, Method, per_head_ce
 
@@ -105,7 +105,7 @@ def _dense_rep_margin(z: torch.Tensor, y: torch.Tensor, s_bar: torch.Tensor, tau
         return ours
     if num_classes is None:
         raise ValueError("rep_margin_loss: the reference scale needs num_classes")
-    n_c = torch.bincount(y, minlength=num_classes).index_select(0, y).to(a.dtype)  # batch count of each anchor's class
+    n_c = label_counts(y, num_classes, a.dtype).index_select(0, y)  # the batch count of each anchor's class
     theirs = tau / (100.0 * num_classes) * (a / n_c).sum(1)
     ref = torch.as_tensor(reference, dtype=torch.bool, device=z.device).expand(z.shape[0])
     return torch.where(ref, theirs, ours)
@@ -295,9 +295,9 @@ class MR2(Method):
         """Per-step EMA of v_k and ŝ²_k (option ``stats="ema"``) for every class present in the batch, as the
         authors' code: a class's first batch sets its statistics (until then they are the exact ones of the
         initial representation), later batches move them by v_k ← d·v_k + (1 − d)·v̂_k (d = ``ema_decay``); classes
-        absent from the batch keep theirs. Masks and ``bincount(minlength=K)``: no host sync."""
+        absent from the batch keep theirs. Masks and counts by ``index_add``: no host sync."""
         k = self.ctx.num_classes
-        present = torch.bincount(y, minlength=k) > 0  # [K]
+        present = label_counts(y, k, z.dtype) > 0  # [K]
         decay = self.hp("ema_decay")[:, None]
         keep = torch.where(self.seen, decay, torch.zeros_like(decay))  # [h, K]: 0 at a class's first batch
         for p, rows in self.p_rows:
