@@ -116,7 +116,8 @@ def config_from_settings(features: Path, out: Path, methods: list[str], seeds: l
                         search=v["search"],
                         scales=tuple(v["scale"]),
                         method_params={m: dict(p) for m, p in (method_params or {}).items()},
-                        use_method_grids=v["method_grid"], probe=probe, device=v["device"], progress=progress)
+                        use_method_grids=v["method_grid"], probe=probe, device=v["device"], progress=progress,
+                        compile=v["compile"], cuda_graph=v["cuda_graph"], tf32=v["tf32"])
     return ExperimentConfig(features=Path(features), out=Path(out), methods=list(methods), seeds=list(seeds),
                             select=v["select"], val_fraction=v["val_fraction"], reference=v["reference"],
                             null=v["null"], train=train, max_memory=parse_size(v["max_memory"]),
@@ -229,12 +230,16 @@ def save_heads(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str,
 LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of ``scales`` in every linear-head part key
 
 
+ENGINE_SETTINGS = ("compile", "cuda_graph", "tf32")  # how a GPU runs the step: the same heads within float rounding
+
+
 def _keyed_train(train: dict[str, Any]) -> dict[str, Any]:
     """The training settings that change the numbers: without the progress bars and CPU chunking, without the
     budget rule's settings under the default rule ``floor`` and without ``search`` under the default ``full`` (so
     keys made before the rule or the search existed are unchanged)."""
-    drop = {"progress", "chunk_mib"} | ({"budget_rule", "max_steps"} if train.get("budget_rule", "floor") == "floor"
-                                        else set()) | ({"search"} if train.get("search", "full") == "full" else set())
+    drop = {"progress", "chunk_mib", *ENGINE_SETTINGS}
+    drop |= {"budget_rule", "max_steps"} if train.get("budget_rule", "floor") == "floor" else set()
+    drop |= {"search"} if train.get("search", "full") == "full" else set()
     return {k: v for k, v in train.items() if k not in drop}
 
 

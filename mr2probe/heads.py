@@ -13,6 +13,7 @@ inside a stack starts exactly where it would start alone.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -41,14 +42,20 @@ class ProbeConfig:
             raise UserError(f"--scale must be > 0, got {self.scale}")
 
 
+_INIT_DEVICE: ContextVar[torch.device] = ContextVar("init_device", default=torch.device("cpu"))
+
+
 def _uniform(shape: tuple[int, ...], fan_in: int, gen: torch.Generator) -> torch.Tensor:
     bound = 1.0 / math.sqrt(fan_in)
-    return torch.rand(shape, generator=gen) * (2 * bound) - bound
+    return torch.rand(shape, generator=gen, device=gen.device) * (2 * bound) - bound
 
 
 def _stacked(seeds: list[int], salt: int, shape: tuple[int, ...], fan_in: int) -> torch.Tensor:
-    """One tensor [H, *shape], head h drawn from a generator seeded by (seed_h, salt)."""
-    return torch.stack([_uniform(shape, fan_in, torch.Generator().manual_seed(s * 1000 + salt)) for s in seeds])
+    """One tensor [H, *shape], head h drawn from a generator seeded by (seed_h, salt), on the device the stack is
+    built for (a GPU's generator draws other numbers than a CPU's: a stack built on a GPU starts elsewhere, the same
+    on every run there)."""
+    dev = _INIT_DEVICE.get()
+    return torch.stack([_uniform(shape, fan_in, torch.Generator(dev).manual_seed(s * 1000 + salt)) for s in seeds])
 
 
 class Adapter:
@@ -147,7 +154,8 @@ class ProbeStack(torch.nn.Module):
     heads). Parameters whose name starts with ``_`` are fixed buffers (e.g. a non-learnable cosine scale)."""
 
     def __init__(self, cfg: ProbeConfig, in_dim: int, num_classes: int, seeds: list[int],
-                 scales: list[float] | None = None, state: dict[str, torch.Tensor] | None = None) -> None:
+                 scales: list[float] | None = None, state: dict[str, torch.Tensor] | None = None,
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
         cfg.check()
         scales = [cfg.scale] * len(seeds) if scales is None else list(scales)
@@ -156,9 +164,13 @@ class ProbeStack(torch.nn.Module):
         self.cfg, self.num_heads, self.in_dim, self.num_classes = cfg, len(seeds), in_dim, num_classes
         self.adapter, self.head = ADAPTERS.get(cfg.adapter)(), HEADS.get(cfg.head)()
         self.out_dim = self.adapter.out_dim(in_dim, cfg.width)
-        params = state if state is not None else {
-            **{f"adapter_{n}": t for n, t in self.adapter.init(seeds, in_dim, cfg.width).items()},
-            **{f"head_{n}": t for n, t in self.head.init(seeds, num_classes, self.out_dim, cfg, scales).items()}}
+        token = _INIT_DEVICE.set(torch.device(device or "cpu"))  # heads initialised where they train
+        try:
+            params = state if state is not None else {
+                **{f"adapter_{n}": t for n, t in self.adapter.init(seeds, in_dim, cfg.width).items()},
+                **{f"head_{n}": t for n, t in self.head.init(seeds, num_classes, self.out_dim, cfg, scales).items()}}
+        finally:
+            _INIT_DEVICE.reset(token)
         for name, t in params.items():
             if name.split("_", 1)[1].startswith("_"):
                 self.register_buffer(name, t)

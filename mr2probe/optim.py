@@ -129,6 +129,22 @@ class StackedAdamW:
         self.groups[i] = (ps, lr, wd.masked_fill(frozen, 0.0))
         self._bucket()
 
+    def _traced_step(self, f: torch.Tensor) -> None:
+        """The fused kernel's update of every parameter row by row in stacked elementwise ops (per-head η_t, λ)."""
+        b1, b2 = self.betas
+        c1, c2 = 1 - torch.pow(b1, self.count), 1 - torch.pow(b2, self.count)
+        for ps, lr, wd in self.groups:
+            eta = lr * f  # [h]
+            for p in ps:
+                if p.grad is None:
+                    continue
+                shape = (-1,) + (1,) * (p.ndim - 1)
+                m, v = self.state[id(p)]
+                m.lerp_(p.grad, 1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                p.mul_((1 - eta * wd).reshape(shape))
+                p.sub_((eta / c1).reshape(shape) * m / ((v / c2).sqrt() + self.eps))
+
     def lr_factor(self) -> float:
         """f(t) of the schedule at the coming step t (reads the device: not for the training loop)."""
         return cosine_restarts(int(self.t), self.cycle_ends)
@@ -147,6 +163,9 @@ class StackedAdamW:
         f = self.schedule.index_select(0, self.t.clamp_max(self.total_steps))  # [1]
         self.t.add_(1)
         self.count.add_(1)
+        if torch.compiler.is_compiling():  # the fused kernel has no tracing rule: the same update in elementwise ops,
+            self._traced_step(f)  # which the compiler fuses into one pass per parameter
+            return
         for (ps, _, _), (rates, decays, heads, rows) in zip(self.groups, self.buckets):
             grads = [p.grad.unbind(0) if p.grad is not None else None for p in ps]
             etas = (rates * f).unbind(0)

@@ -165,6 +165,12 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
             "order; deterministic). SIZE: bytes, 512MB, 8GB (powers of 1000), 4GiB (of 1024), or 'auto' (half the "
             "free memory)."),
     Setting("device", "device", None, "torch device [cuda if available, else cpu].", estimator=None),
+    Setting("compile", "str", "auto", "torch.compile the whole training step (forward, losses, backward, optimiser; "
+            "fullgraph): auto (on a GPU), on or off. The heads are the same within float rounding.",
+            choices=("auto", "on", "off")),
+    Setting("cuda_graph", "bool", True, "On a GPU with the step compiled, capture it as a CUDA graph and replay it "
+            "(captured again after each halving cut)."),
+    Setting("tf32", "bool", True, "On a GPU, TF32 matrix products for float32 features (off: strict FP32)."),
 ]}
 
 

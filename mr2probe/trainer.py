@@ -79,6 +79,9 @@ class TrainConfig:
     # and any adapter outputs, in the features' dtype; :func:`chunk_size`) take at most this many MiB (whole methods
     # where they fit; :func:`head_chunks`); 0 = one stack. On a GPU one wide product is best.
     chunk_mib: float = 16.0
+    compile: str = TRAIN["compile"].default  # auto: torch.compile the step on a GPU (:func:`compiled_step`)
+    cuda_graph: bool = TRAIN["cuda_graph"].default  # with compile on a GPU: the step as a CUDA graph
+    tf32: bool = TRAIN["tf32"].default  # TF32 products on a GPU
 
     @property
     def halving(self) -> bool:
@@ -99,6 +102,7 @@ class TrainConfig:
             raise UserError(f"--min-steps must be ≥ 0, got {self.min_steps}")
         TRAIN["budget_rule"].check_choice(self.budget_rule, "--budget-rule")
         TRAIN["search"].check_choice(self.search, "--search")
+        TRAIN["compile"].check_choice(self.compile, "--compile")
         if self.max_steps < 1:
             raise UserError(f"--max-steps must be ≥ 1, got {self.max_steps}")
         if not self.l2s or any(not 0 <= v < float("inf") for v in self.l2s):
@@ -363,7 +367,8 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     size = chunk_size(cfg, data.num_classes, data.y.device, torch.empty(0, dtype=data.x.dtype).element_size())
     chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.halving and epochs is None)
     if len(chunks) == 1:
-        return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select)
+        with matmul_precision(cfg, data.y.device):
+            return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select)
     total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
     own = progress_bar(f"{description}: {len(specs)} heads in {len(chunks)} chunks", total=total,
                        enabled=cfg.progress and bar is None)
@@ -498,6 +503,73 @@ class StackStep:
         self.detach = None if self.detach is None else self.detach.index_select(0, keep)
         self.rebuild_tables()
 
+    def train_step(self, opt: StackedAdamW, xb: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """One optimiser step on a batch (forward, losses, backward, AdamW); returns the loss, detached."""
+        loss = self(xb, yb, idx)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def state_tensors(self, opt: StackedAdamW) -> list[torch.Tensor]:
+        """Every tensor a step reads or updates in place besides the batch: the probe's, the tables', the
+        optimiser's and the methods' (what a CUDA graph must find at the same address on every replay)."""
+        found = [*self.probe.parameters(), *self.probe.buffers(), opt.t, opt.count, opt.schedule,
+                 *(t for m, _ in opt.state.values() for t in (m,)), *(v for _, v in opt.state.values())]
+        for tables in (self.tables, self.aux_tables):
+            if tables is not None:
+                found += [tables.at_label, tables.offset, tables.per_head, tables.dropped]
+        for m, _ in self.methods:
+            found += [t for t in vars(m).values() if isinstance(t, torch.Tensor)]
+            found += [t for d in vars(m).values() if isinstance(d, dict) for t in d.values()
+                      if isinstance(t, torch.Tensor)]
+        return found
+
+
+def compile_on(cfg: TrainConfig, device: torch.device) -> bool:
+    """Whether the step is compiled: ``compile`` on, or auto on a GPU."""
+    return cfg.compile == "on" or (cfg.compile == "auto" and device.type == "cuda")
+
+
+def step_runner(step: StackStep, opt: StackedAdamW, cfg: TrainConfig, device: torch.device
+                ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The training step to call per batch, (features, labels, positions) → loss: eager, or (:func:`compile_on`)
+    the whole step compiled with ``torch.compile(fullgraph=True)``, and on a GPU with ``cuda_graph`` captured as CUDA
+    graphs and replayed (torch.compile's reduce-overhead mode, the step's state marked as static addresses).
+    Shapes are static: the last, smaller batch of an epoch and each halving cut compile once more."""
+    def eager(xb: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return step.train_step(opt, xb, yb, idx)
+
+    if not compile_on(cfg, device):
+        return eager
+    graphs = cfg.cuda_graph and device.type == "cuda"
+    compiled = torch.compile(eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if graphs else None)
+    marked: list[int] = []
+
+    def run(xb: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        if graphs and marked != [id(step.tables)]:  # after set-up and after each cut: the step's new state
+            for t in step.state_tensors(opt):
+                torch._dynamo.mark_static_address(t)
+            marked[:] = [id(step.tables)]
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            return compiled(xb, yb, idx)
+
+    return run
+
+
+@contextlib.contextmanager
+def matmul_precision(cfg: TrainConfig, device: torch.device) -> Iterator[None]:
+    """On a GPU, TF32 products for float32 (``tf32``) or strict FP32, for the duration; a CPU is left as it is."""
+    if device.type != "cuda":
+        yield
+        return
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if cfg.tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
+
 
 def make_context(data: TrainData, probe: ProbeStack, cfg: TrainConfig, v: "_View", seed: int, epochs: int,
                  log: Callable[[str], None], description: str, quiet: bool = False) -> FitContext:
@@ -580,7 +652,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
     total = train_epochs * steps_per_epoch
     rungs = halving_rungs(total) if cfg.halving and main else []
     probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
-                       [s.params.get("scale", cfg.probe.scale) for s in specs]).to(
+                       [s.params.get("scale", cfg.probe.scale) for s in specs], device=data.x.device).to(
         device=data.x.device, dtype=data.x.dtype)
 
     methods = build_methods(data, specs, cfg, probe, epochs, log, description)
@@ -599,6 +671,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
         detach[v.g] = type(m).detach_head_input
     detach = detach if any(type(m).detach_head_input for m, _ in methods) else None
     step_loss = StackStep(probe, methods, data.num_classes, detach, l2)
+    train_step = step_runner(step_loss, opt, cfg, data.x.device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     info: list[dict[str, Any]] = [{} for _ in specs]
     keeper = _BestState(probe, data, select, methods, info) if checkpoints else None
@@ -638,13 +711,10 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                 m.on_epoch_start(epoch)
                 step_loss.write_terms(m, v)
             for idx, xb in epoch_batches(data.x, cfg.batch_size, gen):
-                loss = step_loss(xb, data.y[idx], idx)
+                loss = train_step(xb, data.y.index_select(0, idx), idx)
                 finite = finite & torch.isfinite(loss)  # read every FINITE_EVERY steps: no sync per step
                 if step % FINITE_EVERY == FINITE_EVERY - 1:
                     check_finite(epoch)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
                 bar.advance(weight)
                 step += 1
                 if halving is not None and step % steps_per_epoch and halving.due(step):  # a rung inside an epoch

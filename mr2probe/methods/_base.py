@@ -89,6 +89,10 @@ class Method:
 
     def __init__(self, hparams: list[dict[str, Any]], ctx: FitContext) -> None:
         self.hparams, self.ctx, self.h = hparams, ctx, len(hparams)
+        for key in hparams[0] if hparams else ():  # every numeric hyperparameter's tensor now, not at a first step
+            # (state that appears mid-training would make a compiled step compile again)
+            if all(isinstance(hp.get(key), (int, float)) for hp in hparams):
+                self.hp(key)
 
     @classmethod
     def check(cls, hparams: dict[str, Any]) -> None:
