@@ -34,7 +34,7 @@ from mr2probe.trainer import StackStep, TrainConfig, TrainData, build_methods, e
 PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
 SYNCS = {"_local_scalar_dense", "nonzero", "unique_consecutive", "_unique2", "unique_dim", "masked_select",
          "item", "is_nonzero"}
-FIVE = ["ce", "mr2", "logit_adjust", "group_dro", "ldam"]
+FIVE = ["ce", "mr2", "logit_adjust", "group_dro", "class_balanced"]  # 28 heads
 
 
 class Counting(TorchDispatchMode):
@@ -105,22 +105,26 @@ def _traffic(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[int, int]:
     return total, largest
 
 
-def build(methods: list[str], head: str, adapter: str, k: int, batch: int, dim: int):
+def build(methods: list[str], head: str, adapter: str, k: int, batch: int, dim: int,
+          device: torch.device | str = "cpu"):
+    """A stack of ``methods`` × their grids (one seed) on synthetic data, its step and optimiser, as the trainer
+    builds them: (data, probe, step, optimiser, heads)."""
     g = torch.Generator().manual_seed(0)
     n = max(4 * batch, 2 * k)
-    y = torch.arange(n) % k
-    x = torch.randn(n, dim, generator=g)
+    y = (torch.arange(n) % k).to(device)
+    x = torch.randn(n, dim, generator=g).to(device)
     data = TrainData(x, y, x[:batch], y[:batch], k)
     cfg = TrainConfig(batch_size=batch, progress=False, probe=ProbeConfig(head=head, adapter=adapter, width=dim))
     specs = sorted(expand_runs(methods, [0], cfg), key=lambda s: s.method)
-    probe = ProbeStack(cfg.probe, dim, k, [s.seed for s in specs], [s.params.get("scale", 16.0) for s in specs])
+    probe = ProbeStack(cfg.probe, dim, k, [s.seed for s in specs], [s.params.get("scale", 16.0) for s in specs],
+                       device=device).to(device)
     built = build_methods(data, specs, cfg, probe, epochs=3, log=lambda m: None)
     for m, v in built:
         m.on_epoch_start(1)
-    detach = torch.tensor([type(m).detach_head_input for m, v in built for _ in range(v.h)])
+    detach = torch.tensor([type(m).detach_head_input for m, v in built for _ in range(v.h)], device=device)
     step = StackStep(probe, built, k, detach if bool(detach.any()) else None, None)
-    lr = torch.tensor([s.params["lr"] for s in specs])
-    wd = torch.tensor([s.params["weight_decay"] for s in specs])
+    lr = torch.tensor([s.params["lr"] for s in specs], device=device)
+    wd = torch.tensor([s.params["weight_decay"] for s in specs], device=device)
     groups = [(list(probe.parameters()), lr, wd)] + [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in built]
     opt = StackedAdamW(groups, total_steps=100)
     return data, probe, step, opt, len(specs)

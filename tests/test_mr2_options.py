@@ -252,3 +252,35 @@ def test_ema_updates_from_the_chosen_space(space: str, monkeypatch: pytest.Monke
         st = class_stats(g if space == "input" else F.normalize(g, dim=-1), data.y, 3, 5.0)
     torch.testing.assert_close(m.v[0], st.v[0], rtol=1e-10, atol=0)
     assert float(m.s_bar[0]) == pytest.approx(float(st.s_bar[0]), rel=1e-10)
+
+
+def test_ema_updates_every_class_present_at_k_100(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stats=ema at K = 100 with batches of 64 (no batch holds every class): each step moves the statistics of the
+    classes in its batch — a class's first batch sets them, a later one moves them by the decay — and leaves the
+    others as they were."""
+    seen: list[MR2] = []
+    prepare = MR2.prepare
+    monkeypatch.setattr(MR2, "prepare", lambda self: (seen.append(self), prepare(self))[1])
+    g = torch.Generator().manual_seed(0)
+    k, n = 100, 400
+    y = torch.arange(n) % k
+    x = torch.randn(n, 6, generator=g, dtype=torch.float64) + y[:, None].to(torch.float64) / 10
+    data = TrainData(x, y, x[:k], y[:k], k)
+    cfg = _cfg(epochs=1, batch_size=64, use_method_grids=False, probe=ProbeConfig(adapter="linear", width=4),
+               method_params={"mr2": {"stats": "ema", "ema_decay": 0.5, "p": 3.0}})
+    trained = train_stack(data, expand_runs(["mr2"], [0], cfg), cfg)
+    (m,), probe = seen, trained.probe
+    assert bool(m.seen.all())  # training visited every class
+    m.seen[:32] = False  # as if classes 0…31 had had no batch yet: this step's batch is their first
+    before, seen_before = m.v.clone(), m.seen.clone()
+    idx = torch.arange(64)  # classes 0…63: some seen in training already, the batch misses 36 classes
+    rep, logits = probe(x[idx])
+    m.loss(Batch(logits, rep, y[idx], idx))
+    with torch.no_grad():  # one sample per class in this batch: ŝ² = 0, v̂_k = ‖z_k‖_3²
+        v_batch = torch.linalg.vector_norm(probe.represent(x[idx])[0], 3, dim=-1).square()
+    present = torch.zeros(k, dtype=torch.bool)
+    present[y[idx]] = True
+    assert torch.equal(m.v[0, ~present], before[0, ~present])  # absent classes keep theirs
+    want = torch.where(seen_before[:64], 0.5 * before[0, :64] + 0.5 * v_batch, v_batch)  # first batch: set
+    torch.testing.assert_close(m.v[0, :64], want, rtol=1e-12, atol=1e-14)
+    assert bool(m.seen[present].all()) and torch.equal(m.seen[~present], seen_before[~present])
