@@ -18,12 +18,13 @@ method paired with replicate r of the reference: d_r) or a level (d_r = the valu
   v_shared + w/G with w = mean_b Var_g(c_g(b) − c_g), the image noise that differs between clusters, already
   in s².)
 * **Together.** SE² = s²/G + v_shared (= σ²_train/G + V_img with σ²_train = s² − w), kept ≥ s²/(2G) (v_shared
-  is an estimate and can come out negative); ν = G − 1: the SE rests on the spread of G cluster means, and
-  nothing is subtracted from s², so ν is never ∞ with G ≥ 2 (a Welch–Satterthwaite ν that treats v_shared as
-  known grows exactly where s² came out small by chance; ``benchmarks/calibration.py`` measures both). The reported
-  shares: se_train = √(max(s² − w, 0)/G), se_image = √(SE² − se_train²).
-  Without test predictions v_shared = w = 0 (the t-interval of the cluster means); with one cluster the training
-  stage cannot be estimated: SE = √V_img, ν = ∞ and the verdict is ``underpowered`` (``Effect.note`` says so).
+  is an estimate and can come out negative; where s² = 0, every cluster the same value, SE² = V_img);
+  ν = G − 1: the SE rests on the spread of G cluster means, and nothing is subtracted from s², so ν is never ∞
+  with G ≥ 2 (a Welch–Satterthwaite ν that treats v_shared as known grows exactly where s² came out small by
+  chance; ``benchmarks/calibration.py`` measures both). The reported shares: se_train = √(max(s² − w, 0)/G),
+  se_image = √(SE² − se_train²). Without test predictions v_shared = w = 0 (the t-interval of the cluster
+  means); with one cluster the training stage cannot be estimated: SE = √V_img, ν = ∞ and the verdict is
+  ``underpowered`` (``Effect.note`` says so).
 
 From the one SE: CI = D ± t_{0.975, ν}·SE; p = 2·P(T_ν > |D| / SE); TOST at margin m:
 p_equiv = max(P(T_ν > (D + m)/SE), P(T_ν > (m − D)/SE)) (equivalent when the 90% CI lies inside ±m); the
@@ -96,10 +97,11 @@ def image_moments(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def se_df(s2: np.ndarray, w: np.ndarray, v_shared: np.ndarray, g: int
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(SE, ν, se_train) of the rule for G ≥ 2 clusters (vectorised): SE² = max(s²/G + v_shared, s²/(2G)),
-    ν = G − 1, se_train = √(max(s² − w, 0)/G)."""
+    """(SE, ν, se_train) of the rule for G ≥ 2 clusters (vectorised): SE² = max(s²/G + v_shared, s²/(2G)) (where
+    s² = 0, every cluster the same value, the image stage alone: V_img = v_shared + w/G), ν = G − 1,
+    se_train = √(max(s² − w, 0)/G)."""
     rep = np.asarray(s2, dtype=float) / g
-    var = np.maximum(rep + v_shared, rep / 2)
+    var = np.where(rep > 0, np.maximum(rep + v_shared, rep / 2), np.maximum(v_shared + np.asarray(w) / g, 0.0))
     return np.sqrt(var), np.full(np.shape(var), g - 1.0), np.sqrt(np.maximum(s2 - w, 0.0) / g)
 
 

@@ -55,6 +55,15 @@ def test_a_negative_shared_estimate_keeps_half_the_replicate_part() -> None:
     assert e.se == pytest.approx(math.sqrt(np.var(d, ddof=1) / 3 / 2)) and e.df == 2
 
 
+def test_replicates_with_one_value_keep_the_image_noise() -> None:
+    """Three replicates with the same Δ (s² = 0) but differing predictions: the image stage alone, not SE = 0."""
+    d = np.array([0.5, 0.5, 0.5])
+    own = np.array([[1.0, -1.0, 0.0], [-1.0, 1.0, 0.0], [0.0, 1.0, -1.0], [0.0, -1.0, 1.0]])
+    draws = d + own + np.array([1.0, -1.0, 1.0, -1.0])[:, None]
+    e = two_stage(d, draws=draws)
+    assert e.se == pytest.approx(np.std(draws.mean(1), ddof=1)) and e.se > 0 and e.df == 2
+
+
 def test_equivalence_bound_is_the_smallest_margin_tost_accepts() -> None:
     e = two_stage(np.array([0.2, 0.5, 0.3, 0.4]))
     assert e.equiv_bound == pytest.approx(abs(e.estimate) + stats.t.ppf(0.95, 3) * e.se)
