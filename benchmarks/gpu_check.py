@@ -2,7 +2,9 @@
 
 (a) extraction: ``mr2probe.extract`` (bf16 autocast, channels_last, pinned DataLoader workers) over synthetic JPEG
     files in a plain class-folder tree, so decoding is included, against the encoder's bare forward pass on the
-    same, already decoded batches → ``extract/forward``;
+    same, already decoded batches → ``extract/forward`` (``--preprocess device``: the workers read the files, the
+    GPU decodes (nvJPEG) and preprocesses them) and ``extract_workers/forward`` (``--preprocess workers``: PIL
+    in the workers), and the two pipelines' features against each other → ``device_vs_workers_cosine_min``;
 (b) the sweep at the ImageNet shape: N synthetic bf16 features (trained in float32) × D = 768, K = 1000, every
     method without an adapter × its grid as one stack (one seed), a fixed number of steps, against the GPU's own
     GEMM rate measured in the same run with the sweep's product shapes ([B, D] × [D, H·K]) → ``sweep/gemm_rate``
@@ -26,6 +28,7 @@ Every figure printed is measured by this run; the sizes used are printed with it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 import traceback
@@ -80,7 +83,8 @@ def jpeg_tree(root: Path, n: int, classes: int = 4, size: int = 256) -> None:
 def extraction(args: argparse.Namespace, device: torch.device) -> None:
     from mr2probe.datasets import build_dataset
     from mr2probe.encoders import build_encoder
-    from mr2probe.extract import ExtractConfig, extract
+    from mr2probe.extract import ExtractConfig, extract, worker_output
+    from mr2probe.featurestore import read_features
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "jpegs"
@@ -88,8 +92,13 @@ def extraction(args: argparse.Namespace, device: torch.device) -> None:
         cfg = ExtractConfig(encoder=args.encoder, dataset="imagefolder:0.8,0,0.2", root=root,
                             out=Path(tmp) / "f.h5", batch_size=args.batch_size, workers=args.workers, amp="bf16",
                             runtime="torch", overwrite=True, progress=False, device=str(device))
+        old = dataclasses.replace(cfg, out=Path(tmp) / "workers.h5", preprocess="workers")
         extract(cfg)  # warm-up: first build, cudnn autotuning, page cache
         t_extract = timed(lambda: extract(cfg), device)
+        t_workers = timed(lambda: extract(old), device)
+        cos = min(torch.nn.functional.cosine_similarity(torch.from_numpy(a.features).float(),
+                                                        torch.from_numpy(b.features).float()).min().item()
+                  for a, b in zip(read_features(cfg.out).splits.values(), read_features(old.out).splits.values()))
         encoder = build_encoder(args.encoder).to(device)
         data = build_dataset("imagefolder:0.8,0,0.2", root)
         images = [encoder.transform(s.image(i)) for s in data.splits.values() for i in range(len(s.labels))]
@@ -106,12 +115,15 @@ def extraction(args: argparse.Namespace, device: torch.device) -> None:
     n = len(images)
     print(f"(a) extraction, {args.encoder} on {n} synthetic {256}px JPEGs, batch {args.batch_size}, "
           f"{args.workers} workers, {device}: extract {n / t_extract:.1f} img/s (decode + transform + forward + "
-          f"HDF5), bare forward {n / t_forward:.1f} img/s")
+          f"HDF5; workers' output {worker_output('device', device)!r}), with --preprocess workers "
+          f"{n / t_workers:.1f} img/s, bare forward {n / t_forward:.1f} img/s")
     print(f"extract/forward={t_forward / t_extract:.3f}")
+    print(f"extract_workers/forward={t_forward / t_workers:.3f}")
+    print(f"device_vs_workers_cosine_min={cos:.6f}")
 
 
-def sweep(args: argparse.Namespace, device: torch.device) -> float:
-    """(b); returns the sweep's seconds per step per unit of B·D·H·K (for the projection)."""
+def sweep(args: argparse.Namespace, device: torch.device) -> tuple[float, float]:
+    """(b); returns the sweep's seconds per step per unit of B·D·H·K (for the projection) and halving/full."""
     n, d, k, b = args.rows, 768, args.classes, args.sweep_batch
     g = torch.Generator(device="cpu").manual_seed(0)
     y = torch.arange(n) % k
@@ -162,7 +174,93 @@ def sweep(args: argparse.Namespace, device: torch.device) -> float:
           f"{steps - 1} steps: full {t_sweep - t_fixed:.2f} s, halving {t_half - t_fixed:.2f} s")
     print(f"halving/full steps wall={(t_half - t_fixed) / (t_sweep - t_fixed):.3f}")
     print(f"halving/full head-steps={head_steps / (heads * steps):.3f}")
+    args.halving = t_half / t_sweep
     return t_sweep / steps / (b * d * heads * k), t_half / t_sweep
+
+
+def adamw_pass(params: list[torch.Tensor], device: torch.device) -> float:
+    """Seconds of one fused AdamW pass (torch's kernel) over tensors of the given shapes: the optimiser's floor."""
+    ps = [torch.zeros_like(p) for p in params]
+    gs, ms, vs = ([torch.ones_like(p) for p in params] for _ in range(3))
+    count, lr = torch.ones((), device=device), torch.tensor(1e-3, device=device)
+
+    def once() -> None:
+        torch._fused_adamw_(ps, gs, ms, vs, [], [count] * len(ps), lr=lr, beta1=0.9, beta2=0.999,
+                            weight_decay=1e-4, eps=1e-8, amsgrad=False, maximize=False)
+
+    once()
+    return timed(lambda: [once() for _ in range(10)], device) / 10
+
+
+def step_times(args: argparse.Namespace, device: torch.device) -> float:
+    """(f): one stacked step of every method without an adapter × its grid (K = 1000, D = 768; the trainer's own
+    step: compiled and captured as CUDA graphs on a GPU by default) at B = 512 and B = 4096, set-up and compilation
+    excluded (timed after warm-up steps), against the bare products (forward X·Wᵀ and the weight gradient) plus one
+    fused AdamW pass over the stack's parameters → ``step/(gemm+adamw)``; returns seconds per step at B = 512."""
+    from step_ops import build
+
+    from mr2probe.trainer import step_runner
+
+    k, d = args.classes, 768
+    per_step = {}
+    for b in args.step_batches:
+        data, probe, step, opt, heads = build(args.methods, "linear", "none", k, b, d, device)
+        run = step_runner(step, opt, TrainConfig(batch_size=b), device)
+        idx = torch.arange(b, device=device)
+        xb, yb = data.x.index_select(0, idx), data.y.index_select(0, idx)
+        for _ in range(3):  # compilation, graph capture, warm-up
+            run(xb, yb, idx)
+        n = args.step_repeats
+        t_step = timed(lambda: [run(xb, yb, idx) for _ in range(n)], device) / n
+        w = torch.randn(heads * k, d, device=device) * 0.01
+
+        def gemms() -> None:
+            gz = xb @ w.T
+            _ = gz.T @ xb
+
+        gemms()
+        t_gemm = timed(lambda: [gemms() for _ in range(n)], device) / n
+        t_adam = adamw_pass([p.detach() for ps, _, _ in opt.groups for p in ps], device)
+        per_step[b] = t_step
+        print(f"(f) one step, {heads} heads, K = {k}, D = {d}, B = {b} on {device}: {t_step * 1e3:.2f} ms; bare "
+              f"products {t_gemm * 1e3:.2f} ms, one fused AdamW pass {t_adam * 1e3:.2f} ms")
+        print(f"B={b} step/(gemm+adamw)={t_step / (t_gemm + t_adam):.2f}")
+    return per_step[args.step_batches[0]]
+
+
+def comparison(args: argparse.Namespace, device: torch.device) -> None:
+    """(g): the 5-method comparison end to end: ``mr2probe train`` (3 seeds + the null control, default settings)
+    on a feature file of N × 512 (float16), K classes, that this part writes first (not timed)."""
+    import subprocess
+    import sys
+
+    from mr2probe.featurestore import FeatureWriter, base_attrs
+
+    n, d, k = args.rows, 512, args.classes
+    g = torch.Generator(device="cpu").manual_seed(0)
+    means = torch.randn(k, d, generator=g)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "imagenet-like.h5"
+        w = FeatureWriter(path, base_attrs("synthetic-512", "imagenet-like", [f"c{i}" for i in range(k)]), d)
+        for split, rows in (("train", n), ("val", 10 * k), ("test", 50 * k)):
+            w.begin(split, rows)
+            for i in range(0, rows, 65536):
+                y = torch.arange(i, min(i + 65536, rows)) % k
+                x = means[y] + 2 * torch.randn(len(y), d, generator=g)
+                w.write(split, i, x.half().numpy(), y.numpy(), y.numpy())
+            w.end(split)
+        w.finalize()
+        cmd = [sys.executable, "-m", "mr2probe", "train", "--features", str(path), "--methods",
+               ",".join(args.five), "--seeds", "3", "--out", str(Path(tmp) / "run"), "-q",
+               "--device", str(device), *args.train_flags]
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        t = time.perf_counter() - t0
+        if done.returncode:
+            raise RuntimeError(f"mr2probe train failed: {done.stderr.strip()[-400:]}")
+    print(f"(g) the 5-method comparison ({', '.join(args.five)}; 3 seeds + null control) end to end on "
+          f"{device}, N = {n} × {d}, K = {k}, {' '.join(args.train_flags) or 'default settings'}: {t:.1f} s")
+    print(f"comparison_seconds={t:.1f}")
 
 
 def projection(per_unit: float, halving: float) -> None:
@@ -182,6 +280,26 @@ def projection(per_unit: float, halving: float) -> None:
           f"{total / 3600:.2f} h")
     print(f"paper_grid_hours={total / 3600:.3f}")
     print(f"paper_grid_hours_halving={total * halving / 3600:.3f}")
+
+
+def projection_b512(per_step: float, args: argparse.Namespace, halving: float) -> None:
+    """(c′): the paper's grid from (f)'s measured step at B = 512 (the paper's batch), scaled per cell by
+    D·H·K against (f)'s stack (the step's products and passes scale with them; its fixed costs are counted at the
+    measured shape, which a smaller cell does not shrink below)."""
+    methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
+    ref = 768 * len(expand_runs(methods, [0], TrainConfig())) * args.classes
+    total = 0.0
+    for head in ("linear", "cosine"):
+        cfg = TrainConfig(probe=ProbeConfig(head=head))
+        heads = len(expand_runs(methods, [0], cfg)) + len(expand_runs(["ce"], [0], cfg))
+        for n, k in PAPER_DATASETS.values():
+            epochs, per_epoch = budget(n, cfg)
+            for d in PAPER_ENCODER_DIMS.values():
+                total += epochs * per_epoch * 3 * per_step * max(d * heads * k / ref, 1.0)
+    print(f"(c′) the paper's grid projected from (f)'s B = 512 step: {total / 3600:.2f} h, with halving "
+          f"{total * halving / 3600:.2f} h")
+    print(f"paper_grid_hours_b512={total / 3600:.3f}")
+    print(f"paper_grid_hours_b512_halving={total * halving / 3600:.3f}")
 
 
 def mr2_step(device: torch.device) -> None:
@@ -221,19 +339,28 @@ def main() -> None:
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.smoke
     device = torch.device("cuda" if gpu else "cpu")
+    args.five = ["ce", "mr2", "logit_adjust", "group_dro", "class_balanced"]  # 28 heads
+    args.halving = 1.0  # (b) measures it; the projections use 1 if (b) failed
+    args.methods = [m for m in METHODS.names() if not METHODS.get(m).needs_adapter]
     if gpu:
         args.encoder, args.images, args.batch_size, args.workers = "timm:vit_base_patch16_224@random", 2048, 256, 8
         args.rows, args.classes, args.sweep_batch, args.steps = 1_281_167, 1000, 4096, 50
+        args.step_batches, args.step_repeats, args.train_flags = [512, 4096], 20, []
         torch.backends.cuda.matmul.allow_tf32 = True
         print(f"GPU check on {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
     else:
         args.encoder, args.images, args.batch_size, args.workers = "timm:resnet18@random", 24, 12, 0
         args.rows, args.classes, args.sweep_batch, args.steps = 4096, 100, 256, 4
+        args.step_batches, args.step_repeats = [64, 256], 2
+        args.train_flags = ["--epochs", "1", "--min-steps", "0", "--lr", "1e-2", "--wd", "1e-4"]
         print(f"no GPU (or --smoke): the smoke version on the CPU, tiny sizes; torch {torch.__version__}, "
               f"{torch.get_num_threads()} threads — these figures do not describe a GPU")
     t0 = time.perf_counter()
     failed = [name for name, part in (("extraction", lambda: extraction(args, device)),
                                       ("sweep", lambda: projection(*sweep(args, device))),
+                                      ("steps", lambda: projection_b512(step_times(args, device), args,
+                                                                        args.halving)),
+                                      ("comparison", lambda: comparison(args, device)),
                                       ("mr2 step", lambda: mr2_step(device)),
                                       ("device vs cpu", lambda: same_on_cpu(device))) if not run_part(name, part)]
     print(f"gpu_check: done in {time.perf_counter() - t0:.0f} s ({'GPU' if gpu else 'CPU smoke'})"

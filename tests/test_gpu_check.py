@@ -29,6 +29,8 @@ def test_gpu_check_smoke_runs_and_prints_its_figures() -> None:
     # the smoke run compares the CPU with itself: the same accuracies
     assert float(re.search(r"^device_vs_cpu_max_abs_delta_acc=([\d.]+)$", out, re.M).group(1)) == 0
     assert 0 < float(re.search(r"^sweep/gemm_rate=([\d.]+)$", out, re.M).group(1)) < 5
+    assert float(re.search(r"^extract_workers/forward=([\d.]+)$", out, re.M).group(1)) > 0
+    assert float(re.search(r"^device_vs_workers_cosine_min=([\d.]+)$", out, re.M).group(1)) > 0.999  # same images
     assert "peak RSS" in out and "gpu_check: done" in out
 
 
