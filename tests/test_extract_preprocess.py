@@ -128,17 +128,20 @@ def test_batch_decoded_by_the_device_path_falls_back_to_the_cpu(tmp_path, monkey
     encoder = support.build("", None)
     positions = np.arange(len(split))
 
-    def refuse(datas, device):
-        raise RuntimeError("not on this device")
-
-    monkeypatch.setattr(engine, "decode_jpegs", refuse)
     batches = {}
     for output in ("jpeg", "pixels"):
         images = engine._Images(split, positions, encoder, output)
         batches[output] = next(iter(DataLoader(images, batch_size=len(split), collate_fn=images.collate)))
     assert batches["jpeg"].jpegs and not batches["pixels"].jpegs
-    torch.testing.assert_close(engine.batch_on_device(batches["jpeg"], encoder, split),
-                               engine.batch_on_device(batches["pixels"], encoder, split), rtol=0, atol=0)
+    expected = engine.batch_on_device(batches["pixels"], encoder, split)
+    # decoded together by torchvision.io.decode_jpeg on the encoder's device (here the CPU, as nvJPEG would on CUDA)
+    torch.testing.assert_close(engine.batch_on_device(batches["jpeg"], encoder, split), expected, rtol=0, atol=0)
+
+    def refuse(datas, device):
+        raise RuntimeError("not on this device")
+
+    monkeypatch.setattr(engine, "decode_jpegs", refuse)
+    torch.testing.assert_close(engine.batch_on_device(batches["jpeg"], encoder, split), expected, rtol=0, atol=0)
 
 
 def test_stored_preprocessing_names_the_pipeline():
@@ -153,6 +156,13 @@ def test_stored_preprocessing_names_the_pipeline():
 def cli_args(root: Path, out: Path, *extra: str) -> list[str]:
     return ["extract", "--encoder", support.NAME, "--dataset", "imagefolder:0.5,0,0.5", "--root", str(root),
             "--batch-size", "2", "--runtime", "torch", "--workers", "0", "--quiet", "--out", str(out), *extra]
+
+
+def test_unknown_preprocess_is_one_error_line(tmp_path):
+    root = image_tree(tmp_path / "tree", odd_files(tmp_path / "odd"))
+    r = CliRunner().invoke(app, cli_args(root, tmp_path / "f.h5", "--preprocess", "gpu"))
+    assert r.exit_code == 2 and "--preprocess must be one of device, workers, got 'gpu'" in r.stderr
+    assert not (tmp_path / "f.h5.partial").exists()
 
 
 def test_resumed_kept_and_written_are_said(tmp_path, monkeypatch):
