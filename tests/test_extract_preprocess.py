@@ -86,6 +86,21 @@ def test_pixels_are_the_pil_decoding(tmp_path):
     assert n == 28
 
 
+@pytest.mark.parametrize("name", ["dtd", "fgvc-aircraft", "food101", "oxford-pets", "stanford-cars", "flowers102"])
+def test_torchvision_sets_name_the_files_they_decode(name, tmp_path, monkeypatch):
+    """The fine-grained sets (tiny trees in their official layouts, from tests/test_datasets.py) give extraction
+    each sample's file, whose decoding is the image torchvision's dataset returns."""
+    from test_datasets import WRITERS
+
+    foolbox_images()
+    WRITERS[name](tmp_path, monkeypatch)
+    for split in build_dataset(name, tmp_path).splits.values():
+        assert split.file is not None
+        for i in range(len(split)):
+            assert split.raw(i) == Path(split.file(i)).read_bytes()
+            np.testing.assert_array_equal(split.pixels(i).permute(1, 2, 0).numpy(), np.asarray(split.image(i)))
+
+
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("sizes", [(256, 224), (32, 32)])
 def test_device_preprocessing_agrees_with_pil_within_tolerance(interpolation, sizes, tmp_path):
