@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-exec timeout 300 "$PY" benchmarks/gpu_check.py "$@"
+exec timeout 540 "$PY" benchmarks/gpu_check.py "$@"

@@ -143,7 +143,8 @@ class CosineHead(Head):
     def logits(self, z: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
         """``z`` is already normalised (``represent``)."""
         s = (p["log_s"] if "log_s" in p else p["_log_s"]).exp()
-        return s[:, None, None] * _affine(z, F.normalize(p["W"], dim=-1), None)
+        # s folded into the normalised weights [H, K, d] (one pass over the weights, not over the logits [H, B, K])
+        return _affine(z, s[:, None, None] * F.normalize(p["W"], dim=-1), None)
 
 
 class ProbeStack(torch.nn.Module):

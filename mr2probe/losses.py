@@ -194,14 +194,19 @@ class _StackCE(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g: torch.Tensor):
         z, u, lse, coef, y, eps, dropped = ctx.saved_tensors
-        u = u.transpose(0, 1) if ctx.flipped else u
+        flip = ctx.flipped  # then u is [B, H, K] (the product's layout): work there, so the gradient keeps it
+
+        def lay(t: torch.Tensor) -> torch.Tensor:  # an [H, B] tensor in u's layout (contiguous: the elementwise ops'
+            return (t.T.contiguous() if flip else t)[..., None]  # outputs follow their operands' order), class axis
+
         c = coef * g[:, None]  # [H, B]
-        grad = (u - lse[..., None]).exp_().mul_(c[..., None])  # c · softmax(u)
-        target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
+        grad = (u - lay(lse)).exp_().mul_(lay(c))  # c · softmax(u)
+        target = y.view(-1, 1, 1).expand(-1, z.shape[0], 1) if flip else y.view(1, -1, 1).expand(z.shape[0], -1, 1)
         if eps.numel():
-            grad.scatter_add_(2, target, -(c * (1 - eps))[..., None]).sub_((c * eps / z.shape[2])[..., None])
+            grad.scatter_add_(2, target, -lay(c * (1 - eps))).sub_(lay(c * eps / z.shape[2]))
         else:
-            grad.scatter_add_(2, target, -c[..., None])
+            grad.scatter_add_(2, target, -lay(c))
+        grad = grad.transpose(0, 1) if flip else grad
         for rows in ctx.sigmoid:
             grad[rows] = _sigmoid_rows(z[rows], y, dropped[rows], z.shape[1])[1] * g[rows, None, None]
         return grad, None, None, None, None, None, None
@@ -211,8 +216,8 @@ def _scaled(z: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None) -
     """u = a·z + o in z's memory layout: the shared product gives z as [B, H, K] in memory (a transposed view), and a
     u (and so a gradient) in that layout reaches the product's backward without a copy. One op."""
     if not z.is_contiguous() and z.transpose(0, 1).is_contiguous():
-        zt, st = z.transpose(0, 1), scale.T[..., None]
-        ut = zt * st if offset is None else torch.addcmul(offset[None], st, zt)
+        zt, st = z.transpose(0, 1), scale.T.contiguous()[..., None]  # every operand in [B, H, K] order (an
+        ut = zt * st if offset is None else torch.addcmul(offset[None], st, zt)  # elementwise op's output follows)
         return ut.transpose(0, 1)
     return z * scale[..., None] if offset is None else torch.addcmul(offset[:, None, :], scale[..., None], z)
 
