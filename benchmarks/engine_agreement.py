@@ -1,0 +1,63 @@
+"""Do two trainings of the same runs agree? Every method's All and Hard (test accuracy overall and on the hard
+classes, mean over replicates) in each run folder of NEW against the folder of the same name in OLD, with the null
+control's SD (the spread of the reference retrained on other seeds: what training noise alone moves) as the yardstick.
+
+Usage: python benchmarks/engine_agreement.py OLD_ROOT NEW_ROOT  (roots of run folders holding results.json; e.g. the
+committed results/positive-control against the same suite trained again into another folder). Prints one row per
+run × method and the count of methods whose |ΔAll| or |ΔHard| reaches the null control's SD of that column.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from mr2probe.metrics import null_name
+from mr2probe.report import load_predictions, load_results
+from mr2probe.summary import summarize
+
+
+def frame(run: Path) -> tuple[pd.DataFrame, str | None]:
+    results = load_results(run)
+    summary = summarize(results, load_predictions(run))
+    null = null_name(summary.reference) if hasattr(summary, "reference") else None
+    return summary.frame(), null if null in summary.frame().index else None
+
+
+def compare(old_root: Path, new_root: Path) -> pd.DataFrame:
+    rows = []
+    for new in sorted(p.parent for p in new_root.glob("*/results.json")):
+        old = old_root / new.name
+        if not (old / "results.json").exists():
+            continue
+        f_old, null = frame(old)
+        f_new, _ = frame(new)
+        for method in f_old.index.intersection(f_new.index):
+            row = {"run": new.name, "method": method}
+            for col in ("All", "Hard"):
+                row[f"d{col}"] = f_new.loc[method, col] - f_old.loc[method, col]
+                row[f"null_sd_{col}"] = f_old.loc[null, f"{col}_sd"] if null else float("nan")
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    df["within"] = (df["dAll"].abs() < df["null_sd_All"]) & (df["dHard"].abs() < df["null_sd_Hard"])
+    return df
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old", type=Path)
+    ap.add_argument("new", type=Path)
+    args = ap.parse_args()
+    df = compare(args.old, args.new)
+    with pd.option_context("display.width", 160, "display.max_rows", 500):
+        print(df.round(3).to_string(index=False))
+    moved = df[~df["within"]]
+    print(f"methods × runs compared: {len(df)}; |ΔAll| and |ΔHard| below the null control's SD: {int(df['within'].sum())}"
+          f"; at or above it: {len(moved)}" + (f" ({', '.join(moved['run'] + '/' + moved['method'])})"
+                                              if len(moved) else ""))
+    print(f"largest |ΔAll| {df['dAll'].abs().max():.3f}, largest |ΔHard| {df['dHard'].abs().max():.3f} points")
+
+
+if __name__ == "__main__":
+    main()
