@@ -105,6 +105,10 @@ def extract(
                                             "class in each split (seeded)."),
     preprocess: Optional[str] = typer.Option(None, "--preprocess", help="Where images are resized: device (on "
                                              "the encoder's device; JPEGs decoded there on CUDA) or workers (PIL)."),
+    pool: Optional[str] = typer.Option(None, "--pool", help="ViT token readout: cls, avg (patch mean) or cls+avg, "
+                                       "after the final norm [the encoder's own pooled output]."),
+    blocks: Optional[int] = typer.Option(None, "--blocks", help="ViT readout of the last N blocks, concatenated "
+                                         "(DINOv2's linear eval) [1]."),
     splits: Optional[str] = typer.Option(None, "--splits", help="Comma-separated splits [train,val,test: those "
                                          "the dataset has]."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over instead of resuming / keeping."),
@@ -113,19 +117,20 @@ def extract(
 ) -> None:
     """Run a frozen encoder over a dataset and cache features + labels + provenance in HDF5 (resumable;
     under `torchrun --nproc_per_node=N -m mr2probe extract ...` each split is sharded over N processes)."""
-    from .extract import ExtractConfig, extract as run_extract
+    from .extract import ExtractConfig, extract as run_extract, readout_suffix
     from .recipes import load_recipe
 
     settings = load_recipe(recipe) if recipe else {}
     given = dict(encoder=encoder, batch_size=batch_size, workers=workers, dtype=dtype, amp=amp, runtime=runtime,
-                 per_class=per_class, device=device, preprocess=preprocess)
+                 per_class=per_class, device=device, preprocess=preprocess, pool=pool, blocks=blocks)
     settings.update({k: v for k, v in given.items() if v is not None})
     if not settings.get("encoder"):
         raise UserError("--encoder (or --recipe) is required; see `mr2probe encoders`")
     if not dataset:
         raise UserError("--dataset is required; see `mr2probe datasets`")
     if out is None:
-        out = Path("features") / f"{dataset}-{settings['encoder'].replace(':', '_').replace('/', '_')}.h5"
+        out = Path("features") / (f"{dataset}-{settings['encoder'].replace(':', '_').replace('/', '_')}"
+                                   f"{readout_suffix(settings.get('pool'), settings.get('blocks'))}.h5")
     if splits:
         settings["splits"] = tuple(s.strip() for s in splits.split(",") if s.strip())
     cfg = ExtractConfig(dataset=dataset, out=out, root=root, download=download, weights=weights,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import signal
 import threading
@@ -52,6 +53,7 @@ from .datasets import ImageDataset, ImageSplit, build_dataset
 from .datasets._decode import as_byte_tensor, decode_jpegs, decode_rgb, is_jpeg
 from .datasets._torchvision import one_line
 from .encoders import Encoder, build_encoder, cpu_runtime
+from .encoders.readout import check_readout, readout_suffix
 from .distributed import init_distributed, local_device, rank_world
 from .errors import UserError
 from .featurestore import SPLITS, FeatureWriter, base_attrs, partial_path, read_features
@@ -87,6 +89,8 @@ class ExtractConfig:
     progress: bool = True
     checksum: bool = True  # fletcher32 on every dataset: damaged chunks are detected on read
     preprocess: str = "device"  # see PREPROCESS
+    pool: str | None = None  # ViT token readout (encoders.readout): cls, avg or cls+avg; None: the encoder's own
+    blocks: int | None = None  # the readout over the last N blocks (None: 1)
     say: Callable[[str], None] | None = None  # rank 0's one-line notes (resumed, kept, wrote); None: silent
 
 
@@ -535,10 +539,27 @@ def _keep_existing(out: Path, cfg: ExtractConfig) -> bool:
         for key, want in (("feature_dtype", cfg.dtype), ("subset", _subset(cfg))):
             if fs.attrs.get(key) != want:
                 diff.append(f"{key}: {fs.attrs.get(key)!r} there, {want!r} now")
+        there, want_readout = _readout_of(fs.attrs.get("readout")), _readout_of(cfg)
+        if there != want_readout:
+            diff.append(f"readout: {there or 'the encoder output'} there, {want_readout or 'the encoder output'} now")
     if diff:
         raise UserError(f"{out} already exists with other settings ({'; '.join(diff)}); pass --overwrite to "
                         "recompute it or choose another --out")
     return True
+
+
+def _readout_of(source: ExtractConfig | str | None) -> str | None:
+    """``"pool=P,blocks=N"`` of a config or of a file's ``readout`` attribute (JSON); None: no readout."""
+    if isinstance(source, ExtractConfig):
+        if source.pool is None and source.blocks is None:
+            return None
+        pool, blocks = source.pool or "cls", source.blocks or 1
+    elif source:
+        recorded = json.loads(source)
+        pool, blocks = recorded.get("pool"), recorded.get("blocks")
+    else:
+        return None
+    return f"pool={pool},blocks={blocks}"
 
 
 def _subset(cfg: ExtractConfig) -> str | None:
@@ -562,6 +583,7 @@ def extract(cfg: ExtractConfig) -> Path:
         raise UserError(f"--runtime must be auto, torch or onnx, got {cfg.runtime!r}")
     if cfg.preprocess not in PREPROCESS:
         raise UserError(f"--preprocess must be one of {', '.join(PREPROCESS)}, got {cfg.preprocess!r}")
+    check_readout(cfg.pool, cfg.blocks)
     rank, world = _dist()
     say = cfg.say if cfg.say is not None and rank == 0 else (lambda text: None)
     with contextlib.ExitStack() as stack, _Interrupts() as interrupts:
@@ -580,7 +602,8 @@ def extract(cfg: ExtractConfig) -> Path:
         for s in ("train", "test"):
             if s not in splits:
                 raise UserError(f"dataset {cfg.dataset!r} has no {s!r} split (a feature file needs train and test)")
-        encoder = cpu_runtime(build_encoder(cfg.encoder, cfg.weights).to(pick_device(cfg.device)), cfg.runtime)
+        encoder = build_encoder(cfg.encoder, cfg.weights, cfg.pool, cfg.blocks)
+        encoder = cpu_runtime(encoder.to(pick_device(cfg.device)), cfg.runtime)
         autocast = "off"
         if hasattr(encoder, "amp_dtype") and encoder.device.type == "cuda":
             encoder.amp_dtype = AMP_DTYPES[cfg.amp]  # bf16 by default; TorchEncoder also uses channels_last
@@ -591,6 +614,8 @@ def extract(cfg: ExtractConfig) -> Path:
             attrs = base_attrs(encoder.name, data.name, data.class_names, pre, encoder.weights_sha256)
             attrs["source"] = data.source
             attrs["autocast"] = autocast
+            if encoder.readout:
+                attrs["readout"] = json.dumps(encoder.readout, sort_keys=True)
             if cfg.per_class is not None:
                 attrs["subset"] = _subset(cfg)
             with interrupts.critical():
@@ -637,4 +662,4 @@ def extract(cfg: ExtractConfig) -> Path:
 
 
 __all__ = ["PREPROCESS", "ExtractConfig", "batch_on_device", "extract", "init_distributed", "partial_path",
-           "stratified_positions", "worker_output"]
+           "readout_suffix", "stratified_positions", "worker_output"]

@@ -281,7 +281,7 @@ class FeatureWriter:
     """
 
     IDENTITY = ("encoder", "dataset", "class_names", "preprocessing", "weights_sha256", "feature_dtype", "subset",
-                "autocast")
+                "autocast", "readout")
     LEGACY_OPTIONAL = ("autocast",)  # not recorded by older versions: a partial without it is not refused
     SPLIT_DATASETS = ("features", "labels", "index")
 

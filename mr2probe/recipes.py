@@ -2,7 +2,8 @@
 file of ``mr2probe train --config`` (a suite's ``[train]`` table on its own, :func:`load_train_config`).
 
 Recipe keys: ``encoder`` (required), ``batch_size``, ``workers``, ``dtype``, ``amp``, ``runtime``, ``per_class``,
-``device``, ``preprocess``, and ``description`` (free text, ignored). Unknown keys are refused so a typo never goes
+``device``, ``preprocess``, ``pool``, ``blocks`` (a ViT token readout), and ``description`` (free text, ignored).
+Unknown keys are refused so a typo never goes
 unnoticed.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from .errors import UserError
 
 SETTINGS = {"encoder": str, "batch_size": int, "workers": int, "dtype": str, "amp": str, "runtime": str,
-            "per_class": int, "device": str, "preprocess": str}
+            "per_class": int, "device": str, "preprocess": str, "pool": str, "blocks": int}
 INFO_KEYS = {"description"}
 
 

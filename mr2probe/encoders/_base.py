@@ -32,6 +32,7 @@ class Encoder(ABC):
     dim: int
     preprocessing: dict[str, Any]
     weights_sha256: str | None = None
+    readout: dict[str, Any] | None = None  # a ViT token readout (see readout.py); None: the encoder's own output
     device: torch.device = torch.device("cpu")
 
     def transform(self, img: Image.Image) -> torch.Tensor:
@@ -195,7 +196,8 @@ def export_onnx(encoder: TorchEncoder) -> Path:
 
     cache = Path(os.environ.get("MR2PROBE_CACHE", Path.home() / ".cache" / "mr2probe")) / "onnx"
     cache.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(f"{encoder.name}|{encoder.weights_sha256}|{json.dumps(encoder.preprocessing)}"
+    readout = f"|{json.dumps(encoder.readout, sort_keys=True)}" if encoder.readout else ""
+    key = hashlib.sha256(f"{encoder.name}|{encoder.weights_sha256}|{json.dumps(encoder.preprocessing)}{readout}"
                          .encode()).hexdigest()[:16]
     path = cache / f"{encoder.name.replace('/', '_').replace(':', '_')}-{key}.onnx"
     if not path.exists():
@@ -228,4 +230,5 @@ def cpu_runtime(encoder: Encoder, runtime: str) -> Encoder:
     onnx_enc = OnnxEncoder(encoder.name, export_onnx(encoder), encoder.preprocessing,
                            weights_sha256=encoder.weights_sha256)
     onnx_enc.preprocessing = dict(encoder.preprocessing, runtime="onnxruntime")
+    onnx_enc.readout = encoder.readout
     return onnx_enc
