@@ -3,8 +3,7 @@ file of ``mr2probe train --config`` (a suite's ``[train]`` table on its own, :fu
 
 Recipe keys: ``encoder`` (required), ``batch_size``, ``workers``, ``dtype``, ``amp``, ``runtime``, ``per_class``,
 ``device``, ``preprocess``, ``pool``, ``blocks`` (a ViT token readout), and ``description`` (free text, ignored).
-Unknown keys are refused so a typo never goes
-unnoticed.
+Unknown keys are refused so a typo never goes unnoticed.
 """
 from __future__ import annotations
 
