@@ -37,7 +37,8 @@ class Terms:
 
     ``scale`` a: [h] (per head) or [h, K] (per head and true class: MR2's 1/γ_y); ``offset`` o [h, K]; ``margin``
     δ [h, K] (taken at the true class); ``class_weight`` ω [h, K]; ``smoothing`` ε, ``focal`` γ, ``gce`` q: [h];
-    ``sigmoid``: the heads take the sigmoid mode, ``negatives_dropped`` ν [h, K] (bool) its dropped negatives."""
+    ``sigmoid``: the heads take the sigmoid mode, ``negatives_dropped`` ν [h, K] (bool) its dropped negatives.
+    The pass leaves out what no row of the stack declares (a stack of plain CE heads reads z as u, no copy)."""
 
     scale: torch.Tensor | None = None
     offset: torch.Tensor | None = None
@@ -70,7 +71,7 @@ class LossTables:
         self.per_head = torch.zeros(3, heads, device=device, dtype=dtype)
         self.per_head[GCE] = GCE_OFF
         self.dropped = torch.zeros(heads, num_classes, device=device, dtype=torch.bool)
-        self.uses: set[str] = set()  # "offset", "margin", "smoothing", "focal", "gce"
+        self.uses: set[str] = set()  # "scale", "offset", "margin", "smoothing", "focal", "gce"
         self.sigmoid: list[slice] = []  # row ranges in the sigmoid mode
 
     @property
@@ -86,6 +87,7 @@ class LossTables:
 
         k = self.num_classes
         if terms.scale is not None:
+            self.uses.add("scale")
             s = pick(terms.scale)
             self.at_label[SCALE, rows] = s if s.ndim == 2 else s[:, None].expand(-1, k)
         for name, index, t in (("margin", MARGIN, terms.margin), ("class_weight", WEIGHT, terms.class_weight)):
@@ -155,7 +157,10 @@ def _forward(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequen
     target = y.view(1, -1, 1).expand(z.shape[0], -1, 1)
     scale, margin, weight = tables.at_label.index_select(2, y).unbind(0)  # [H, B] each
     uses = tables.uses
-    u = _scaled(z, scale, tables.offset if "offset" in uses else None)
+    if uses & {"scale", "offset", "margin"}:
+        u = _scaled(z, scale, tables.offset if "offset" in uses else None)
+    else:  # every a = 1, o = δ = 0: u is z itself (no pass; nothing writes into u)
+        u = z
     if "margin" in uses:
         u.scatter_add_(2, target, -margin[..., None])
     lse = torch.logsumexp(u, 2)
@@ -169,7 +174,8 @@ def _forward(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequen
         w = w.clone()
         for rows, hook in hooks:
             w[rows].mul_(hook(c))
-    coef = (w / b) * scale if dpsi is None else (w / b) * dpsi * scale  # ∂ℓ/∂u_hb,· = coef · (softmax − q)
+    coef = w / b if dpsi is None else (w / b) * dpsi  # ∂ℓ/∂u_hb,· = coef · (softmax − q), coef = w ψ′ a / B
+    coef = coef * scale if "scale" in uses else coef
     return psi, w, c, _Pass(u, lse, coef, eps)
 
 
@@ -184,7 +190,8 @@ class _StackCE(torch.autograd.Function):
         losses = (w * psi).sum(1) / b
         for rows in sigmoid:
             losses[rows] = _sigmoid_rows(z[rows], y, dropped[rows], b)[0]
-        ctx.flipped = saved.u._base is not None  # a transposed view (_scaled): save its base, not a view of it
+        ctx.flipped = not saved.u.is_contiguous() and saved.u.transpose(0, 1).is_contiguous()  # a transposed view
+        # (the shared product's [B, H, K] in memory): save the contiguous tensor, not a view of it
         ctx.save_for_backward(z, saved.u.transpose(0, 1) if ctx.flipped else saved.u, saved.lse, saved.coef, y,
                               saved.eps if saved.eps is not None else saved.lse.new_zeros(0), dropped)
         ctx.sigmoid = sigmoid
