@@ -3,7 +3,9 @@
 Text forms (``parse_profile``):
 
 - ``full`` — every training row (the default).
-- ``longtail:RHO`` — exponential long tail over a seeded class order (CIFAR-LT / ImageNet-LT convention): the
+- ``longtail:RHO`` — exponential long tail over a seeded class order (CIFAR-LT / ImageNet-LT convention), drawn
+  again for every episode, so that rarity is not tied to one set of classes; ``longtail:RHO,order=fixed`` keeps
+  episode 0's order for every episode (**[choice]**: the default is a class order per episode). The
   class of rank r = 0 … K−1 keeps ``n_r = min(a_c, max(1, ⌊n_max · RHO^(−r/(K−1))⌋))`` rows, where a_c is the
   number of rows class c has and ``n_max = max_c a_c`` (on a balanced set: the per-class count, as CIFAR-LT). A
   class with fewer rows than its quota keeps all it has. RHO ≥ 1 is real; K = 1 keeps n_max.
@@ -16,8 +18,10 @@ arithmetic (0.07 · 100, 500 · 100^−1) are not pushed to the next integer by 
 
 Seeds (all through :class:`numpy.random.SeedSequence`, so nearby seeds give unrelated streams):
 
-- class order: ``default_rng(SeedSequence([seed, 1])).permutation(K)`` — rank r → class; depends on the
-  profile seed only, the same for every episode.
+- class order of episode e: ``default_rng(SeedSequence([seed, 1, e])).permutation(K)`` — rank r → class (with
+  ``order=fixed``, e = 0 for every episode). ``SeedSequence([seed, 1, 0])`` equals ``SeedSequence([seed, 1])``, the
+  one order every episode used before orders were drawn per episode, so a one-episode long tail keeps the rows it
+  always had.
 - rows of episode e: ``default_rng(draw_seed(seed, e))`` with
   ``draw_seed(seed, e) = SeedSequence([seed, 2, e]).generate_state(1, uint64)[0]``, an int that results record.
   The draw is one permutation of all rows, grouped by class (stable) and cut at each class's count, so for a
@@ -38,7 +42,8 @@ import numpy as np
 from .errors import UserError
 
 KINDS = ("full", "longtail", "shots", "fraction")
-FORMS = "full, longtail:RHO (RHO ≥ 1), shots:N (N ≥ 1) or fraction:F (0 < F ≤ 1)"
+FORMS = "full, longtail:RHO[,order=fixed] (RHO ≥ 1), shots:N (N ≥ 1) or fraction:F (0 < F ≤ 1)"
+ORDERS = ("episode", "fixed")  # longtail's class order: drawn per episode, or episode 0's for all
 _ORDER_STREAM = 1  # SeedSequence([seed, _ORDER_STREAM]) → class order
 _ROWS_STREAM = 2  # SeedSequence([seed, _ROWS_STREAM, episode]) → row draw
 _TOL = 1e-9  # relative tolerance of ⌊·⌋ / ⌈·⌉
@@ -68,11 +73,16 @@ class Profile:
     value: float | int | None = None
     episodes: int = 1
     seed: int = 0
+    order: str = "episode"
 
     def __post_init__(self) -> None:
         kind, v = self.kind, self.value
         if kind not in KINDS:
             raise UserError(f"unknown training profile {kind!r}; use {FORMS}")
+        if self.order not in ORDERS:
+            raise UserError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        if self.order != "episode" and kind != "longtail":
+            raise UserError(f"order={self.order} applies to longtail:RHO only (the class order of the tail)")
         if kind == "full":
             if v is not None:
                 raise UserError(f"the full training profile takes no value (got {v!r}); use 'full'")
@@ -105,7 +115,8 @@ class Profile:
         if self.kind == "full":
             return "full"
         v = self.value
-        return f"{self.kind}:{v}" if self.kind == "shots" else f"{self.kind}:{_num(float(v))}"  # type: ignore[arg-type]
+        text = f"{self.kind}:{v}" if self.kind == "shots" else f"{self.kind}:{_num(float(v))}"  # type: ignore[arg-type]
+        return text + (f",order={self.order}" if self.order != "episode" else "")
 
     def describe(self) -> str:
         """Human-readable, e.g. ``longtail ρ=100 (seed 0)``, ``shots 5 × 10 episodes (seed 0)``."""
@@ -114,25 +125,35 @@ class Profile:
         eps = f" × {self.episodes} episodes" if self.episodes > 1 else ""
         label = {"longtail": f"longtail ρ={self.value:g}", "shots": f"shots {self.value}",
                  "fraction": f"fraction {self.value:g}"}[self.kind]
-        return f"{label}{eps} (seed {self.seed})"
+        fixed = ", one class order" if self.order == "fixed" else ""
+        return f"{label}{eps}{fixed} (seed {self.seed})"
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-able: kind, value, episodes, seed and the canonical text."""
-        return {"kind": self.kind, "value": self.value, "episodes": self.episodes, "seed": self.seed,
-                "text": self.text}
+        """JSON-able: kind, value, episodes, seed, the canonical text, and ``order`` when it is not the default
+        (so records and run identities of profiles made before the setting existed are unchanged)."""
+        d = {"kind": self.kind, "value": self.value, "episodes": self.episodes, "seed": self.seed, "text": self.text}
+        return d | ({"order": self.order} if self.order != "episode" else {})
 
 
 def parse_profile(text: str, episodes: int = 1, seed: int = 0) -> Profile:
-    """``full`` | ``longtail:RHO`` | ``shots:N`` | ``fraction:F`` → :class:`Profile`; anything else → UserError."""
+    """``full`` | ``longtail:RHO[,order=episode|fixed]`` | ``shots:N`` | ``fraction:F`` → :class:`Profile`;
+    anything else → UserError."""
     raw = str(text).strip()
-    kind, sep, val = raw.partition(":")
+    head, *opts = raw.split(",")
+    order = "episode"
+    for opt in opts:
+        key, eq, val = (p.strip() for p in opt.partition("="))
+        if key != "order" or not eq:
+            raise UserError(f"training profile {raw!r}: unknown option {opt.strip()!r}; use {FORMS}")
+        order = val.lower()
+    kind, sep, val = head.partition(":")
     kind, val = kind.strip().lower(), val.strip()
     if kind not in KINDS:
         raise UserError(f"unknown training profile {raw!r}; use {FORMS}")
     if kind == "full":
         if sep:
             raise UserError(f"the full training profile takes no value (got {raw!r}); use 'full'")
-        return Profile("full", None, episodes, seed)
+        return Profile("full", None, episodes, seed, order)
     if not val:
         raise UserError(f"training profile {raw!r} needs a value; use {FORMS}")
     try:
@@ -140,14 +161,18 @@ def parse_profile(text: str, episodes: int = 1, seed: int = 0) -> Profile:
     except ValueError:
         what = "an integer N ≥ 1" if kind == "shots" else "a number"
         raise UserError(f"training profile {raw!r}: {val!r} is not {what}; use {FORMS}") from None
-    return Profile(kind, value, episodes, seed)
+    return Profile(kind, value, episodes, seed, order)
 
 
-def class_order(num_classes: int, seed: int) -> np.ndarray:
-    """The seeded class order of longtail: ``order[r]`` is the class of rank r (rank 0 = head)."""
+def class_order(num_classes: int, seed: int, episode: int = 0) -> np.ndarray:
+    """The seeded class order of longtail in ``episode``: ``order[r]`` is the class of rank r (rank 0 = head),
+    ``default_rng(SeedSequence([seed, 1, episode])).permutation(K)``."""
     if num_classes < 0:
         raise ValueError(f"num_classes must be ≥ 0, got {num_classes}")
-    return np.random.default_rng(np.random.SeedSequence([int(seed), _ORDER_STREAM])).permutation(num_classes)
+    if episode < 0:
+        raise ValueError(f"episode must be ≥ 0, got {episode}")
+    ss = np.random.SeedSequence([int(seed), _ORDER_STREAM, int(episode)])
+    return np.random.default_rng(ss).permutation(num_classes)
 
 
 def draw_seed(seed: int, episode: int) -> int:
@@ -173,8 +198,9 @@ def _class_label(c: int, class_names: Sequence[str] | None) -> str:
 
 
 def kept_counts(available: np.ndarray, profile: Profile,
-                class_names: Sequence[str] | None = None) -> np.ndarray:
-    """Rows kept per class (int64, length K) from the rows ``available`` per class; formulas in the module doc.
+                class_names: Sequence[str] | None = None, episode: int = 0) -> np.ndarray:
+    """Rows kept per class (int64, length K) in ``episode`` from the rows ``available`` per class; formulas in the
+    module doc (only longtail depends on the episode, through its class order).
 
     shots:N with N > min(available) → UserError naming the smallest class and its count."""
     a = np.asarray(available, dtype=np.int64)
@@ -199,7 +225,8 @@ def kept_counts(available: np.ndarray, profile: Profile,
     # longtail
     quota = longtail_quota(int(a.max()), k, float(profile.value))  # type: ignore[arg-type]
     out = np.empty(k, dtype=np.int64)
-    out[class_order(k, profile.seed)] = quota  # class order[r] gets quota[r]
+    e = episode if profile.order == "episode" else 0
+    out[class_order(k, profile.seed, e)] = quota  # class order[r] gets quota[r]
     return np.minimum(a, out)
 
 
@@ -221,7 +248,7 @@ def select_rows(y: np.ndarray, profile: Profile, episode: int = 0, num_classes: 
     if not 0 <= episode < profile.episodes:
         raise ValueError(f"episode {episode} outside 0 … {profile.episodes - 1}")
     available = np.bincount(y, minlength=k)
-    keep = kept_counts(available, profile, class_names)
+    keep = kept_counts(available, profile, class_names, episode)
     if profile.kind == "full":
         return np.arange(len(y))
     rng = np.random.default_rng(draw_seed(profile.seed, episode))

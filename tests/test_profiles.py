@@ -22,7 +22,8 @@ from mr2probe.profiles import (
 )
 
 FAST = {"max_examples": 60, "deadline": None, "derandomize": True}
-USE = "use full, longtail:RHO (RHO ≥ 1), shots:N (N ≥ 1) or fraction:F (0 < F ≤ 1)"  # the forms, spelled out
+# the forms, spelled out
+USE = "use full, longtail:RHO[,order=fixed] (RHO ≥ 1), shots:N (N ≥ 1) or fraction:F (0 < F ≤ 1)"
 
 
 def balanced(k: int, n: int, seed: int = 0) -> np.ndarray:
@@ -116,6 +117,50 @@ def test_longtail_order_follows_seed():
 
 # ---------------------------------------------------------------- shots
 
+def test_longtail_class_order_is_drawn_per_episode():
+    """5 episodes of longtail:100 rank the classes in 5 different orders, each a function of (seed, episode) only,
+    and every episode's counts are the ρ-quota in its own order."""
+    k, n, rho = 10, 50, 100
+    y = balanced(k, n)
+    p = parse_profile(f"longtail:{rho}", episodes=5, seed=0)
+    quota = longtail_quota(n, k, rho)
+    counts = [per_class(y, select_rows(y, p, episode=e), k) for e in range(5)]
+    orders = {tuple(np.argsort(-c, kind="stable")) for c in counts}
+    assert len(orders) == 5, "a different class order per episode"
+    for e, c in enumerate(counts):
+        assert np.array_equal(c[class_order(k, 0, e)], quota), "counts follow ρ in the episode's order"
+        assert np.array_equal(per_class(y, select_rows(y, parse_profile(f"longtail:{rho}", 5, 0), episode=e), k), c)
+    assert not np.array_equal(per_class(y, select_rows(y, parse_profile("longtail:100", 5, 1), episode=1), k),
+                              counts[1]), "another seed, another order"
+
+
+def test_longtail_episode_0_and_order_fixed_keep_the_one_order_of_before():
+    """Episode 0's order is SeedSequence([seed, 1]), the order every episode had before orders were drawn per
+    episode; order=fixed keeps it for every episode (rows still drawn per episode)."""
+    k, n = 10, 50
+    y = balanced(k, n)
+    before = np.random.default_rng(np.random.SeedSequence([3, 1])).permutation(k)
+    assert np.array_equal(class_order(k, 3, 0), before) and np.array_equal(class_order(k, 3), before)
+    fixed = parse_profile("longtail:100,order=fixed", episodes=5, seed=3)
+    quota = longtail_quota(n, k, 100)
+    for e in range(5):
+        assert np.array_equal(kept_counts(np.full(k, n), fixed, episode=e)[before], quota)
+    rows = [select_rows(y, fixed, episode=e) for e in range(2)]
+    assert not np.array_equal(rows[0], rows[1]), "rows are drawn per episode"
+    one = parse_profile("longtail:100", episodes=1, seed=3)
+    assert np.array_equal(select_rows(y, one), select_rows(y, fixed)), "one episode: the same rows either way"
+
+
+def test_order_option_text_and_record():
+    p = parse_profile(" longtail:1e2 , order = FIXED ", episodes=5)
+    assert p.order == "fixed" and p.text == "longtail:100,order=fixed"
+    assert p.as_dict()["order"] == "fixed" and "one class order" in p.describe()
+    q = parse_profile("longtail:100", episodes=5)
+    assert "order" not in q.as_dict(), "the default leaves records of runs made before the option unchanged"
+    assert q.text == "longtail:100" and q != p
+    assert parse_profile("longtail:100,order=episode", episodes=5) == q
+
+
 def test_shots_exactly_n_per_class_and_episodes():
     y = balanced(5, 40)
     p = parse_profile("shots:3", episodes=4, seed=7)
@@ -208,13 +253,13 @@ def test_parse_and_describe():
 
 
 @pytest.mark.parametrize("text", ["full", "longtail:100", "longtail:2.5", "shots:5", "fraction:0.1",
-                                  "fraction:1", "fraction:0.07"])
+                                  "fraction:1", "fraction:0.07", "longtail:100,order=fixed"])
 def test_as_dict_is_json_and_round_trips(text):
     p = parse_profile(text, episodes=1 if text == "full" else 3, seed=5)
     d = json.loads(json.dumps(p.as_dict()))
     assert d == p.as_dict() and d["text"] == text
     assert parse_profile(d["text"], d["episodes"], d["seed"]) == p
-    assert Profile(d["kind"], d["value"], d["episodes"], d["seed"]) == p
+    assert Profile(d["kind"], d["value"], d["episodes"], d["seed"], d.get("order", "episode")) == p
 
 
 @pytest.mark.parametrize("text,episodes,seed,message", [
@@ -239,6 +284,10 @@ def test_as_dict_is_json_and_round_trips(text):
     ("full", 3, 0, ("the full training profile has one episode (every row), got episodes=3; use shots:N, "
                     "fraction:F or longtail:RHO for repeated draws")),
     ("shots:5", 1, -1, "the profile seed must be an integer ≥ 0, got -1"),
+    ("longtail:100,order=random", 1, 0, "order must be one of episode, fixed, got 'random'"),
+    ("longtail:100,sort=fixed", 1, 0,
+     f"training profile 'longtail:100,sort=fixed': unknown option 'sort=fixed'; {USE}"),
+    ("shots:5,order=fixed", 5, 0, "order=fixed applies to longtail:RHO only (the class order of the tail)"),
 ])
 def test_bad_values_are_one_line_user_errors(text, episodes, seed, message):
     with pytest.raises(UserError) as e:
