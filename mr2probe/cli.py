@@ -117,7 +117,7 @@ def extract(
 ) -> None:
     """Run a frozen encoder over a dataset and cache features + labels + provenance in HDF5 (resumable;
     under `torchrun --nproc_per_node=N -m mr2probe extract ...` each split is sharded over N processes)."""
-    from .extract import ExtractConfig, extract as run_extract, readout_suffix
+    from .extract import ExtractConfig, default_out, extract as run_extract
     from .recipes import load_recipe
 
     settings = load_recipe(recipe) if recipe else {}
@@ -129,8 +129,7 @@ def extract(
     if not dataset:
         raise UserError("--dataset is required; see `mr2probe datasets`")
     if out is None:
-        out = Path("features") / (f"{dataset}-{settings['encoder'].replace(':', '_').replace('/', '_')}"
-                                   f"{readout_suffix(settings.get('pool'), settings.get('blocks'))}.h5")
+        out = default_out(dataset, settings["encoder"], settings.get("pool"), settings.get("blocks"))
     if splits:
         settings["splits"] = tuple(s.strip() for s in splits.split(",") if s.strip())
     cfg = ExtractConfig(dataset=dataset, out=out, root=root, download=download, weights=weights,

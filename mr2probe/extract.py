@@ -562,6 +562,13 @@ def _readout_of(source: ExtractConfig | str | None) -> str | None:
     return f"pool={pool},blocks={blocks}"
 
 
+def default_out(dataset: str, encoder: str, pool: str | None = None, blocks: int | None = None) -> Path:
+    """``features/<dataset>-<encoder>[<readout>].h5``, the output when none is named (``/`` and the encoder's ``:``
+    become ``_``; :func:`readout_suffix` tells readouts apart)."""
+    enc = encoder.replace(":", "_").replace("/", "_")
+    return Path("features") / f"{dataset.replace('/', '_')}-{enc}{readout_suffix(pool, blocks)}.h5"
+
+
 def _subset(cfg: ExtractConfig) -> str | None:
     return None if cfg.per_class is None else f"stratified, at most {cfg.per_class} per class and split (seed 0)"
 
@@ -661,5 +668,5 @@ def extract(cfg: ExtractConfig) -> Path:
     return out
 
 
-__all__ = ["PREPROCESS", "ExtractConfig", "batch_on_device", "extract", "init_distributed", "partial_path",
-           "readout_suffix", "stratified_positions", "worker_output"]
+__all__ = ["PREPROCESS", "ExtractConfig", "batch_on_device", "default_out", "extract", "init_distributed",
+           "partial_path", "readout_suffix", "stratified_positions", "worker_output"]

@@ -59,7 +59,7 @@ def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_all_entries_registered() -> None:
-    for name in TORCHVISION_SETS + ["imagenet", "imagefolder", "mnist", "fashion-mnist"]:
+    for name in TORCHVISION_SETS + ["imagenet", "imagefolder", "mnist", "fashion-mnist", "wds:"]:
         assert name in DATASETS, name
         assert DATASETS.describe()[name]
 

@@ -3,7 +3,8 @@
 An entry is a function ``build(root: Path | None, download: bool) -> ImageDataset`` registered with
 ``@DATASETS.register("name")``. Labels are available without decoding images (``split.labels``), images are
 decoded one at a time (``split.image(i)`` → RGB PIL image) so extraction can shard, resume and stream. A split
-whose images are files also names them (``split.file(i)``): extraction then reads their bytes (``split.raw(i)``)
+whose images are files also names them (``split.file(i)``; ``split.read(i)`` gives the bytes of one stored inside
+another file, such as a tar shard): extraction then reads their bytes (``split.raw(i)``)
 and decodes them where it resizes (``split.pixels(i)`` on the CPU, or JPEGs batched on a CUDA device).
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ class ImageSplit:
     labels: np.ndarray  # int64 [N]
     load: Callable[[int], Image.Image]  # i -> image (any mode; converted to RGB by image())
     file: Callable[[int], Path] | None = None  # i -> the file load(i) decodes; None: images held in memory
+    read: Callable[[int], bytes] | None = None  # i -> the image's bytes where file(i) only names them (a tar member)
 
     def __len__(self) -> int:
         return int(len(self.labels))
@@ -41,6 +43,8 @@ class ImageSplit:
         """The bytes of image ``i``'s file, undecoded; None when the split holds its images in memory."""
         if self.file is None:
             return None
+        if self.read is not None:
+            return self.read(int(i))
         path = self.file(int(i))
         try:
             return Path(path).read_bytes()
