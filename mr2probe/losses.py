@@ -73,6 +73,7 @@ class LossTables:
         self.dropped = torch.zeros(heads, num_classes, device=device, dtype=torch.bool)
         self.uses: set[str] = set()  # "scale", "offset", "margin", "smoothing", "focal", "gce"
         self.sigmoid: list[slice] = []  # row ranges in the sigmoid mode
+        self.smoothed: list[slice] = []  # row ranges with label smoothing (their mean over classes is read)
 
     @property
     def heads(self) -> int:
@@ -102,6 +103,8 @@ class LossTables:
             if t is not None:
                 self.per_head[index, rows] = pick(t)
                 self.uses.add(name)
+        if terms.smoothing is not None and rows not in self.smoothed:
+            self.smoothed.append(rows)
         self.per_head[GCE].clamp_min_(GCE_OFF)
         if terms.sigmoid:
             self.at_label[WEIGHT, rows] = 0.0  # the softmax form gives these rows neither loss nor gradient
@@ -109,15 +112,6 @@ class LossTables:
                 self.dropped[rows] = pick(terms.negatives_dropped)
             if rows not in self.sigmoid:
                 self.sigmoid.append(rows)
-
-    @torch.no_grad()
-    def select(self, keep: torch.Tensor, sigmoid: Sequence[slice]) -> None:
-        """Keep the rows ``keep`` [h'] (successive halving's survivors); ``sigmoid``: the sigmoid rows after it."""
-        self.at_label = self.at_label.index_select(1, keep)
-        self.offset = self.offset.index_select(0, keep)
-        self.per_head = self.per_head.index_select(1, keep)
-        self.dropped = self.dropped.index_select(0, keep)
-        self.sigmoid = list(sigmoid)
 
 
 def _transform(c: torch.Tensor, gamma: torch.Tensor | None, q: torch.Tensor | None
@@ -165,8 +159,10 @@ def _forward(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hooks: Sequen
         u.scatter_add_(2, target, -margin[..., None])
     lse = torch.logsumexp(u, 2)
     u_y = u.gather(2, target).squeeze(2)
-    eps = tables.per_head[SMOOTH][:, None] if "smoothing" in uses else None
-    c = lse - u_y if eps is None else lse - (1 - eps) * u_y - eps * u.mean(2)
+    eps = tables.per_head[SMOOTH][:, None] if tables.smoothed else None
+    c = lse - u_y if eps is None else lse - (1 - eps) * u_y
+    for rows in tables.smoothed:  # −ε·mean_k u on the smoothed rows only (a pass over their logits alone)
+        c[rows] -= eps[rows] * u[rows].mean(2)
     psi, dpsi = _transform(c, tables.per_head[FOCAL] if "focal" in uses else None,
                            tables.per_head[GCE] if "gce" in uses else None)
     w = weight
@@ -185,7 +181,7 @@ class _StackCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, psi: torch.Tensor, w: torch.Tensor, y: torch.Tensor, saved: _Pass,
-                sigmoid: list[slice], dropped: torch.Tensor) -> torch.Tensor:
+                sigmoid: list[slice], dropped: torch.Tensor, smoothed: list[slice]) -> torch.Tensor:
         b = z.shape[1]
         losses = (w * psi).sum(1) / b
         for rows in sigmoid:
@@ -194,7 +190,7 @@ class _StackCE(torch.autograd.Function):
         # (the shared product's [B, H, K] in memory): save the contiguous tensor, not a view of it
         ctx.save_for_backward(z, saved.u.transpose(0, 1) if ctx.flipped else saved.u, saved.lse, saved.coef, y,
                               saved.eps if saved.eps is not None else saved.lse.new_zeros(0), dropped)
-        ctx.sigmoid = sigmoid
+        ctx.sigmoid, ctx.smoothed = sigmoid, smoothed
         return losses
 
     @staticmethod
@@ -207,16 +203,15 @@ class _StackCE(torch.autograd.Function):
             return (t.T.contiguous() if flip else t)[..., None]  # outputs follow their operands' order), class axis
 
         c = coef * g[:, None]  # [H, B]
-        grad = (u - lay(lse)).exp_().mul_(lay(c))  # c · softmax(u)
+        grad = torch.softmax(u, 2).mul_(lay(c))  # c · softmax(u) (one fused kernel from the saved u)
         target = y.view(-1, 1, 1).expand(-1, z.shape[0], 1) if flip else y.view(1, -1, 1).expand(z.shape[0], -1, 1)
-        if eps.numel():
-            grad.scatter_add_(2, target, -lay(c * (1 - eps))).sub_(lay(c * eps / z.shape[2]))
-        else:
-            grad.scatter_add_(2, target, -lay(c))
+        grad.scatter_add_(2, target, -lay(c * (1 - eps) if eps.numel() else c))
         grad = grad.transpose(0, 1) if flip else grad
+        for rows in ctx.smoothed:  # − c ε / K on the smoothed rows
+            grad[rows] -= (c[rows] * eps[rows] / z.shape[2])[..., None]
         for rows in ctx.sigmoid:
             grad[rows] = _sigmoid_rows(z[rows], y, dropped[rows], z.shape[1])[1] * g[rows, None, None]
-        return grad, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None, None
 
 
 def _scaled(z: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
@@ -248,7 +243,7 @@ def stack_loss_and_ce(z: torch.Tensor, y: torch.Tensor, tables: LossTables, hook
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`stack_loss` and the per-sample c [H, B] (detached; what the hooks see), for a later pass's hooks."""
     psi, w, c, saved = _forward(z.detach(), y, tables, list(hooks))
-    return _StackCE.apply(z, psi, w, y, saved, list(tables.sigmoid), tables.dropped), c
+    return _StackCE.apply(z, psi, w, y, saved, list(tables.sigmoid), tables.dropped, list(tables.smoothed)), c
 
 
 def label_counts(y: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
