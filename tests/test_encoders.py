@@ -15,6 +15,7 @@ from PIL import Image
 
 from mr2probe.encoders import ENCODERS, Encoder, build_encoder, cpu_runtime, sha256_file
 from mr2probe.errors import UserError
+from mr2probe.encoders.torchhub import NAMES as HUB_DINOV2
 from mr2probe.recipes import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +30,8 @@ OFFLINE_EXAMPLES = {
     "timm:": ("timm:resnet18@random", 512),
     "mocov2:": None,  # needs a checkpoint: test_mocov2_*
     "onnx:": None,  # needs a model file: test_onnx_family
+    "hf-hub:": None,  # a hub model: test_timm_hf_hub_names_reach_timm (the loader patched)
+    **{name: None for name in HUB_DINOV2},  # torch hub: test_dinov2_hub_names (the loader patched)
 }
 
 
@@ -72,6 +75,7 @@ def test_every_entry_is_covered() -> None:
 @pytest.mark.parametrize("name", ["no-such-encoder", "nofamily:x", "clip:NoSuchArch/openai",
                                   "clip:ViT-B-32/no-such-tag", "clip:ViT-B-32", "clip:ViT-B-32/random@bogus",
                                   "timm:no_such_model", "timm:resnet18@bogus", "timm:resnet18.no_such_tag@random",
+                                  "timm:hf-hub:no_org", "hf-hub:a/b/c", "clip:ViT-B-32,no-such-tag",
                                   "mocov2:", "onnx:/no/such/model.onnx"])
 def test_unknown_names_are_user_errors(name: str) -> None:
     with pytest.raises(UserError):
@@ -347,3 +351,90 @@ def test_cpu_runtime_matches_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     fast = cpu_runtime(enc, "onnx")
     assert fast is not enc and fast.dim == enc.dim and fast.preprocessing["runtime"] == "onnxruntime"
     assert _rel_err(fast.encode(x), enc.encode(x)) < 1e-4
+
+
+# ---------------------------------------------------------------- ecosystem names (loaders patched: no network)
+
+
+def _timm_random(name: str = "vit_tiny_patch16_224", **kw) -> torch.nn.Module:
+    from timm.models import create_model  # timm's own, not a patched timm.create_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return create_model(name, pretrained=False, num_classes=0, **kw)
+
+
+@pytest.mark.parametrize("name", ["timm:hf-hub:timm/vit_tiny_patch16_224.augreg_in21k",
+                                  "hf-hub:timm/vit_tiny_patch16_224.augreg_in21k"])
+def test_timm_hf_hub_names_reach_timm(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import timm
+
+    calls = []
+
+    def create_model(model_name: str, pretrained: bool = False, **kw) -> torch.nn.Module:
+        calls.append((model_name, pretrained, kw))
+        return _timm_random()
+
+    monkeypatch.setattr(timm, "create_model", create_model)
+    enc = build_encoder(name)
+    assert calls == [("hf-hub:timm/vit_tiny_patch16_224.augreg_in21k", True, {"num_classes": 0})]
+    assert enc.name == name and enc.dim == 192 and enc.encode(_batch(enc)).shape == (2, 192)
+    path = tmp_path / "w.pt"
+    torch.save(_timm_random().state_dict(), path)
+    assert build_encoder(name, path).weights_sha256 == sha256_file(path) and calls[-1][1] is False
+    assert build_encoder(name, pool="cls+avg", blocks=2).dim == 4 * 192  # the readout applies to hub ViTs too
+
+
+def test_clip_model_pretrained_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import open_clip
+
+    from mr2probe.encoders import clip
+
+    assert clip.parse_name("ViT-B-32,laion2b_s34b_b79k") == clip.parse_name("ViT-B-32/laion2b_s34b_b79k") \
+        == ("ViT-B-32", "laion2b_s34b_b79k", False)
+    assert clip.parse_name("ViT-B-16,openai@preproj") == ("ViT-B-16", "openai", True)
+    real, calls = open_clip.create_model, []
+
+    def create_model(arch: str, pretrained: str | None = None, **kw) -> torch.nn.Module:
+        calls.append((arch, pretrained, kw["force_quick_gelu"]))
+        return real("ViT-S-32-alt", pretrained=None)
+
+    monkeypatch.setattr(open_clip, "create_model", create_model)
+    enc = build_encoder("clip:ViT-B-32,laion2b_s34b_b79k")
+    assert calls == [("ViT-B-32", "laion2b_s34b_b79k", False)] and enc.name == "clip:ViT-B-32,laion2b_s34b_b79k"
+    build_encoder("clip:ViT-B-32,openai")
+    assert calls[-1] == ("ViT-B-32", "openai", True)  # OpenAI's tags are built with QuickGELU
+    monkeypatch.setattr(open_clip, "create_model", real)
+    assert build_encoder("clip:ViT-S-32-alt,random").dim == 256  # offline: random weights, as with /random
+
+
+@pytest.mark.parametrize("name", ["dinov2_vitb14", "dinov2_vits14_reg"])
+def test_dinov2_hub_names(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls = []
+
+    def hub_load(repo: str, model: str, **kw) -> torch.nn.Module:
+        calls.append((repo, model, kw["pretrained"]))
+        return _timm_random("vit_small_patch14_dinov2", img_size=224)  # the same ViT-S/14, random, offline
+
+    monkeypatch.setattr(torch.hub, "load", hub_load)
+    enc = build_encoder(name)
+    assert calls == [("facebookresearch/dinov2", name, True)]
+    assert enc.name == name and enc.dim == 384 and enc.encode(_batch(enc)).shape == (2, 384)
+    pre = enc.preprocessing
+    assert (pre["resize"], pre["crop"], pre["interpolation"]) == (256, 224, "bicubic")
+    path = tmp_path / "w.pt"
+    torch.save(_timm_random("vit_small_patch14_dinov2", img_size=224).state_dict(), path)
+    loaded = build_encoder(name, path)
+    assert calls[-1][2] is False and loaded.weights_sha256 == sha256_file(path)
+
+    def offline(repo: str, model: str, **kw) -> torch.nn.Module:
+        raise OSError("<urlopen error [Errno -2] Name or service not known>\nmore")
+
+    monkeypatch.setattr(torch.hub, "load", offline)
+    with pytest.raises(UserError, match="cannot load .* from torch hub facebookresearch/dinov2") as e:
+        build_encoder(name)
+    assert "\n" not in str(e.value)
+
+
+def test_dinov2_hub_names_are_registered() -> None:
+    assert set(HUB_DINOV2) <= set(ENCODERS.names()) and len(HUB_DINOV2) == 8

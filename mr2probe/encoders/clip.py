@@ -1,6 +1,7 @@
 """CLIP image towers through open_clip: ``clip:ARCH/TAG[@preproj]``.
 
-* ``ARCH/TAG`` is any pair of ``open_clip.list_pretrained()``, e.g. ``clip:ViT-B-16/openai``; the weights are
+* ``ARCH/TAG`` is any pair of ``open_clip.list_pretrained()``, e.g. ``clip:ViT-B-16/openai``, also written as
+  open_clip writes the pair, ``ARCH,TAG`` (``clip:ViT-B-32,laion2b_s34b_b79k``); the weights are
   downloaded by open_clip (``pretrained=TAG``) unless ``--weights PATH`` is given: then the model is built
   without weights and PATH (a state dict of the whole CLIP model or of its ``visual.*`` tower, loaded with
   ``weights_only=True``) is loaded into it, and its sha256 is recorded.
@@ -42,11 +43,12 @@ class _ImageTower(torch.nn.Module):
 
 
 def parse_name(arg: str) -> tuple[str, str | None, bool]:
-    """``ARCH/TAG[@preproj]`` → (arch, tag or None for random weights, preproj); UserError if unknown."""
+    """``ARCH/TAG[@preproj]`` or ``ARCH,TAG[@preproj]`` (open_clip's ``model_name, pretrained`` pair) → (arch,
+    tag or None for random weights, preproj); UserError if unknown."""
     import open_clip
 
     base, _, option = arg.partition("@")
-    arch, _, tag = base.partition("/")
+    arch, _, tag = base.partition("," if "," in base else "/")
     if option and option not in OPTIONS:
         raise UserError(f"clip:{arg}: unknown option @{option}; known: {', '.join('@' + o for o in OPTIONS)}")
     if arch not in open_clip.list_models():

@@ -2,7 +2,8 @@
 
 For each of the last ``N`` transformer blocks, block ``b``'s output tokens ``t_b = [cls, p_1 … p_L]`` (prefix tokens
 first: the class token, then any register / distillation tokens, then the ``L`` patch tokens) go through the model's
-final LayerNorm ``LN`` (timm: ``norm``, or ``fc_norm`` where the model norms after pooling; open_clip: ``ln_post``),
+final LayerNorm ``LN`` (timm: ``norm``, or ``fc_norm`` where the model norms after pooling; open_clip: ``ln_post``;
+torch hub DINOv2: ``norm``, its patch tokens without the register tokens),
 and the block contributes
 
 * ``cls``:     ``LN(cls_b)``                                  (C values)
@@ -55,16 +56,20 @@ class TokenReadout(nn.Module):
     "image_intermediates_prefix": [B, P, C] prefix tokens per block}`` for the last ``blocks`` blocks, as timm's
     and open_clip's ``forward_intermediates`` do."""
 
-    def __init__(self, model: nn.Module, norm: nn.Module, pool: str, blocks: int, timm_api: bool,
+    def __init__(self, model: nn.Module, norm: nn.Module, pool: str, blocks: int, api: str,
                  proj: torch.Tensor | None = None) -> None:
         super().__init__()
-        self.model, self.norm, self.pool, self.blocks, self.timm_api = model, norm, pool, blocks, timm_api
+        self.model, self.norm, self.pool, self.blocks, self.api = model, norm, pool, blocks, api
         self.proj = proj
 
     def intermediates(self, x: torch.Tensor) -> dict[str, list[torch.Tensor]]:
-        if self.timm_api:
+        if self.api == "timm":
             return self.model.forward_intermediates(x, indices=self.blocks, return_prefix_tokens=True, norm=False,
                                                     output_fmt="NLC", intermediates_only=True, output_dict=True)
+        if self.api == "dinov2":  # DINOv2's own: (patch tokens without registers, class token) per block
+            outs = self.model.get_intermediate_layers(x, n=self.blocks, return_class_token=True, norm=False)
+            return {"image_intermediates": [p for p, _ in outs],
+                    "image_intermediates_prefix": [c[:, None] for _, c in outs]}
         return self.model.forward_intermediates(x, indices=self.blocks, normalize_intermediates=False,
                                                 intermediates_only=True, output_fmt="NLC", output_extra_tokens=True)
 
@@ -92,7 +97,7 @@ def _timm_readout(model: nn.Module, name: str, pool: str, blocks: int) -> tuple[
     norm_name = "norm" if not isinstance(getattr(model, "norm", nn.Identity()), nn.Identity) else "fc_norm"
     norm = getattr(model, norm_name, None) or nn.Identity()
     norm_name = norm_name if not isinstance(norm, nn.Identity) else "none"
-    return TokenReadout(model, norm, pool, blocks, timm_api=True), int(model.embed_dim), norm_name
+    return TokenReadout(model, norm, pool, blocks, api="timm"), int(model.embed_dim), norm_name
 
 
 def _clip_readout(tower: nn.Module, name: str, pool: str, blocks: int) -> tuple[TokenReadout, int, str]:
@@ -105,11 +110,13 @@ def _clip_readout(tower: nn.Module, name: str, pool: str, blocks: int) -> tuple[
     proj = visual.proj if isinstance(visual.proj, torch.Tensor) else None
     width = int(visual.class_embedding.shape[-1])
     dim = int(proj.shape[1]) if proj is not None else width
-    return TokenReadout(visual, visual.ln_post, pool, blocks, timm_api=False, proj=proj), dim, "ln_post"
+    return TokenReadout(visual, visual.ln_post, pool, blocks, api="open_clip", proj=proj), dim, "ln_post"
 
 
 def _blocks_of(module: nn.Module) -> int:
-    """How many transformer blocks ``module`` (a timm ViT or an open_clip VisionTransformer) has."""
+    """How many transformer blocks ``module`` (a timm, open_clip or DINOv2 ViT) has."""
+    if getattr(module, "chunked_blocks", False):  # DINOv2's chunked layout: the chunks hold the blocks
+        return sum(1 for chunk in module.blocks for b in chunk if not isinstance(b, nn.Identity))
     blocks = getattr(module, "blocks", None)
     if blocks is None:
         blocks = module.transformer.resblocks
@@ -132,8 +139,11 @@ def apply_readout(encoder: Encoder, pool: str | None, blocks: int | None) -> Enc
     elif module is not None and hasattr(module, "num_prefix_tokens") and hasattr(module, "forward_intermediates"):
         readout, part, norm = _timm_readout(module, encoder.name, pool, blocks)
         projection = {}
+    elif module is not None and hasattr(module, "get_intermediate_layers") and hasattr(module, "num_register_tokens"):
+        readout, part, norm = TokenReadout(module, module.norm, pool, blocks, api="dinov2"), module.embed_dim, "norm"
+        projection = {}
     else:
-        raise UserError(f"--pool/--blocks read the tokens of a ViT (timm: or clip: ViT encoders); {encoder.name} "
+        raise UserError(f"--pool/--blocks read the tokens of a ViT (timm:, clip: or dinov2_* hub ViTs); {encoder.name} "
                         "is not one: leave them out to use its own pooled output")
     depth = _blocks_of(readout.model)
     if blocks > depth:

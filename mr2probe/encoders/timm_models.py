@@ -6,6 +6,9 @@
   unless ``--weights PATH`` is given: then PATH (a timm state dict, loaded with ``weights_only=True``; the
   classifier's keys are dropped, the model family's checkpoint filter is applied) is loaded strictly and
   its sha256 recorded.
+* ``hf-hub:ORG/NAME`` (``timm:hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k``, or the same name
+  without ``timm:``) is a model on the Hugging Face hub: timm reads its configuration (architecture, preprocessing)
+  and weights from there (``timm.create_model("hf-hub:ORG/NAME")``; online, cached by huggingface_hub).
 * ``@random`` builds the model with random weights (seeded: the same on every build), offline
   (``timm:resnet18@random``): for tests and smoke runs.
 
@@ -26,6 +29,7 @@ from ..errors import UserError
 from ._base import ENCODERS, TorchEncoder, load_state_dict, sha256_file
 
 OPTIONS = ("random",)
+HF_HUB = "hf-hub:"
 
 
 def parse_name(arg: str) -> tuple[str, bool]:
@@ -35,7 +39,12 @@ def parse_name(arg: str) -> tuple[str, bool]:
     name, _, option = arg.partition("@")
     if option and option not in OPTIONS:
         raise UserError(f"timm:{arg}: unknown option @{option}; known: {', '.join('@' + o for o in OPTIONS)}")
-    if not name or not timm.is_model(name):
+    if name.startswith(HF_HUB):
+        repo = name[len(HF_HUB):]
+        if repo.count("/") != 1 or not all(repo.split("/")):
+            raise UserError(f"timm:{arg}: a Hugging Face hub model is named hf-hub:ORG/NAME, e.g. "
+                            "hf-hub:timm/vit_base_patch16_224.augreg2_in21k_ft_in1k")
+    elif not name or not timm.is_model(name):
         raise UserError(f"timm:{arg}: unknown timm model {name!r} (see timm.list_models())")
     return name, option == "random"
 
@@ -77,7 +86,18 @@ def _load_weights(model: torch.nn.Module, path: Path) -> None:
 
 @ENCODERS.register("timm:")
 def build(arg: str, weights: Path | None) -> TorchEncoder:
-    """timm:NAME[@random] - any timm model, pooled features (num_classes=0); @random = random init"""
+    """timm:NAME[@random] - any timm model or hf-hub:ORG/NAME, pooled features (num_classes=0); @random = random init"""
+    return build_timm(arg, weights, f"timm:{arg}")
+
+
+@ENCODERS.register(HF_HUB)
+def build_hf_hub(arg: str, weights: Path | None) -> TorchEncoder:
+    """hf-hub:ORG/NAME[@random] - a timm model on the Hugging Face hub (as timm:hf-hub:ORG/NAME)"""
+    return build_timm(HF_HUB + arg, weights, HF_HUB + arg)
+
+
+def build_timm(arg: str, weights: Path | None, label: str) -> TorchEncoder:
+    """The encoder of ``NAME[@random]`` (see the module doc), named ``label``."""
     import timm
     from timm.data import resolve_data_config
 
@@ -90,9 +110,9 @@ def build(arg: str, weights: Path | None) -> TorchEncoder:
     except (OSError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         hint = "; without internet pass --weights PATH, or use @random for random weights" if download else ""
-        raise UserError(f"cannot build timm:{arg} ({first}){hint}") from None
+        raise UserError(f"cannot build {label} ({first}){hint}") from None
     if weights is not None:
         _load_weights(model, weights)
     dim = int(getattr(model, "head_hidden_size", None) or model.num_features)
     pre = preprocessing_of(resolve_data_config({}, model=model))
-    return TorchEncoder(f"timm:{arg}", model, dim, pre, sha256_file(weights) if weights else None)
+    return TorchEncoder(label, model, dim, pre, sha256_file(weights) if weights else None)
