@@ -139,3 +139,12 @@ def test_cli_default_name_and_bad_combinations(images: Path, tmp_path: Path,
         r = runner.invoke(app, [*base, *flags, "--out", str(tmp_path / "bad.h5")])
         lines = [line for line in r.output.splitlines() if line.strip()]
         assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], r.output
+
+
+def test_recipe_with_a_readout() -> None:
+    from mr2probe.encoders.readout import check_readout
+    from mr2probe.recipes import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "extract" / "dinov2-b14-linear4.toml")
+    assert (recipe["encoder"], recipe["pool"], recipe["blocks"]) == ("dinov2_vitb14", "cls+avg", 4)
+    check_readout(recipe["pool"], recipe["blocks"])
