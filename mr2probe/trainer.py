@@ -630,6 +630,139 @@ def build_methods(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, probe
     return methods
 
 
+@dataclass
+class _Schedule:
+    """A stack's step budget: ``epochs`` as the methods see it (the floor's; JTT's first stage, LDAM's deferral),
+    the epochs and steps it trains, the checkpoints (``checkpoints`` rule) and the halving rungs."""
+
+    epochs: int
+    steps_per_epoch: int
+    train_epochs: int
+    checkpoints: list[int]
+    rungs: list[tuple[int, int]]
+
+    @property
+    def total(self) -> int:
+        return self.train_epochs * self.steps_per_epoch
+
+    @classmethod
+    def of(cls, n: int, cfg: TrainConfig, epochs: int | None) -> "_Schedule":
+        main = epochs is None  # the sweep itself, not an auxiliary stage
+        checkpoints = checkpoint_steps(n, cfg) if cfg.budget_rule == "checkpoints" and main else []
+        epochs, per_epoch = budget(n, cfg, epochs)
+        train_epochs = checkpoints[-1] // per_epoch if checkpoints else epochs
+        rungs = halving_rungs(train_epochs * per_epoch) if cfg.halving and main else []
+        return cls(epochs, per_epoch, train_epochs, checkpoints, rungs)
+
+    def cycle_ends(self, cfg: TrainConfig) -> list[int]:
+        """The cosine schedule's cycle ends: the checkpoints, or the rungs (halving-restarts: every head is ranked
+        annealed) and the budget, or the budget alone."""
+        if self.checkpoints:
+            return self.checkpoints
+        restarts = [r for r, _ in self.rungs] if cfg.search == "halving-restarts" else []
+        return sorted(set(restarts)) + [self.epochs * self.steps_per_epoch]
+
+
+class _StackTraining:
+    """One stack's training, in named phases: :meth:`set_up` (the probe, the methods, the optimiser, the step),
+    :meth:`start_epoch`, :meth:`step` (one batch), :meth:`end_epoch` (divergence check, checkpoint, rung) and
+    :meth:`finish` (the trained stack: as trained, in each head's best checkpoint, or as cut by halving)."""
+
+    def __init__(self, data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
+                 epochs: int | None, description: str, select: str) -> None:
+        self.data, self.specs, self.cfg, self.log, self.description, self.select = (data, specs, cfg, log,
+                                                                                    description, select)
+        self.seed = specs[0].seed
+        self.schedule = _Schedule.of(len(data.y), cfg, epochs)
+        self.step_count, self.epoch = 0, 0
+        self.set_up()
+
+    def set_up(self) -> None:
+        data, specs, cfg, dev = self.data, self.specs, self.cfg, self.data.x.device
+        self.probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
+                                [s.params.get("scale", cfg.probe.scale) for s in specs], device=dev).to(
+            device=dev, dtype=data.x.dtype)
+        self.methods = build_methods(data, specs, cfg, self.probe, self.schedule.epochs, self.log, self.description)
+        lr, wd = (torch.tensor([s.params[k] for s in specs], dtype=data.x.dtype, device=dev)
+                  for k in ("lr", "weight_decay"))
+        groups = [(list(self.probe.parameters()), lr, wd)]
+        groups += [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in self.methods]
+        self.opt = StackedAdamW(groups, cycle_ends=self.schedule.cycle_ends(cfg))
+        l2 = torch.tensor([s.params.get("l2", 0.0) for s in specs], dtype=data.x.dtype, device=dev)
+        detach = torch.tensor([type(m).detach_head_input for m, v in self.methods for _ in range(v.h)], device=dev)
+        self.step_loss = StackStep(self.probe, self.methods, data.num_classes,
+                                   detach if any(type(m).detach_head_input for m, _ in self.methods) else None,
+                                   l2 if any(s.params.get("l2", 0.0) for s in specs) else None)
+        self.train_step = step_runner(self.step_loss, self.opt, cfg, dev)
+        self.gen = torch.Generator(device="cpu").manual_seed(self.seed)
+        self.info: list[dict[str, Any]] = [{} for _ in specs]
+        self.keeper = _BestState(self.probe, data, self.select, self.methods, self.info) \
+            if self.schedule.checkpoints else None
+        self.halving = _Halving(self.probe, self.opt, data, self.select, self.methods, self.info, self.schedule.rungs,
+                                self.schedule.total, self.keeper, self.rebuild) if self.schedule.rungs else None
+        self.finite = torch.ones((), dtype=torch.bool, device=dev)
+
+    def rebuild(self, m: Method, hparams: list[dict[str, Any]], v: _View) -> Method:
+        """A stateless method built again for the heads ``hparams`` (its view already re-pointed to them):
+        prepared and brought to the current epoch, it computes their loss as ``m`` did."""
+        fresh = type(m)(hparams, make_context(self.data, self.probe, self.cfg, v, self.seed, self.schedule.epochs,
+                                              self.log, self.description, quiet=True))
+        fresh.name = m.name
+        fresh.prepare()
+        fresh.on_epoch_start(self.epoch)
+        return fresh
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        for m, v in self.methods:
+            m.on_epoch_start(epoch)
+            self.step_loss.write_terms(m, v)
+
+    def step(self, idx: torch.Tensor, xb: torch.Tensor) -> None:
+        """One optimiser step; the divergence flag is read every FINITE_EVERY steps (no sync per step); a rung that
+        falls inside an epoch cuts here."""
+        loss = self.train_step(xb, self.data.y.index_select(0, idx), idx)
+        self.finite = self.finite & torch.isfinite(loss)
+        if self.step_count % FINITE_EVERY == FINITE_EVERY - 1:
+            self.check_finite()
+        self.step_count += 1
+        if self.halving is not None and self.step_count % self.schedule.steps_per_epoch and \
+                self.halving.due(self.step_count):
+            self.check_finite()
+            self.cut()
+
+    def end_epoch(self) -> None:
+        """Divergence check; the checkpoint ending this epoch; a rung at the epoch's end (after its checkpoint)."""
+        self.check_finite()
+        done = (self.epoch + 1) * self.schedule.steps_per_epoch
+        if self.keeper is not None and done in self.schedule.checkpoints:
+            self.keeper.checkpoint(done)
+        if self.halving is not None and self.halving.due(self.step_count):
+            self.cut()
+
+    def check_finite(self) -> None:
+        """Raise if any loss since the start was not finite (one host sync)."""
+        if not bool(self.finite):
+            raise UserError(f"training diverged (a non-finite loss by epoch {self.epoch + 1}); lower --lr")
+
+    def cut(self) -> None:
+        """Successive halving's cut at this step: the stack and the per-head tensors of the step shrink."""
+        keep = self.halving.cut(self.step_count)
+        if keep is not None:
+            self.step_loss.select(keep)
+
+    def finish(self) -> TrainedStack:
+        self.opt.zero_grad()
+        if self.halving is not None:
+            return self.halving.result(self.specs, self.schedule.checkpoints)
+        if self.keeper is not None:
+            return self.keeper.restore(self.specs, self.schedule.checkpoints)
+        for m, v in self.methods:
+            for i, extra in zip(range(v.g.start, v.g.stop), m.info()):
+                self.info[i] = extra
+        return TrainedStack(specs=self.specs, probe=self.probe, info=self.info)
+
+
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
                  epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc") -> TrainedStack:
     """One stack: every head of ``specs`` (sorted by method, one seed) in one product per step; ``bar`` advances by
@@ -643,97 +776,20 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
 
     Successive halving (``search="halving"``, no ``epochs`` given): after the step of each rung (after the
     checkpoint where both fall on one step) the stack is cut to each method's best heads on val (:class:`_Halving`)."""
-    seed = specs[0].seed
-    n = len(data.y)
-    main = epochs is None  # the sweep itself, not an auxiliary stage
-    checkpoints = checkpoint_steps(n, cfg) if cfg.budget_rule == "checkpoints" and main else []
-    epochs, steps_per_epoch = budget(n, cfg, epochs)
-    train_epochs = checkpoints[-1] // steps_per_epoch if checkpoints else epochs
-    total = train_epochs * steps_per_epoch
-    rungs = halving_rungs(total) if cfg.halving and main else []
-    probe = ProbeStack(cfg.probe, data.x.shape[1], data.num_classes, [s.seed for s in specs],
-                       [s.params.get("scale", cfg.probe.scale) for s in specs], device=data.x.device).to(
-        device=data.x.device, dtype=data.x.dtype)
-
-    methods = build_methods(data, specs, cfg, probe, epochs, log, description)
-
-    lr = torch.tensor([s.params["lr"] for s in specs], dtype=data.x.dtype, device=data.x.device)
-    l2 = torch.tensor([s.params.get("l2", 0.0) for s in specs], dtype=data.x.dtype, device=data.x.device)
-    l2 = l2 if any(s.params.get("l2", 0.0) for s in specs) else None
-    wd = torch.tensor([s.params["weight_decay"] for s in specs], dtype=data.x.dtype, device=data.x.device)
-    groups = [(list(probe.parameters()), lr, wd)]
-    groups += [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in methods]
-    # halving-restarts: the schedule restarts at the rungs, so every head is ranked annealed (f ≈ 0)
-    restarts = [r for r, _ in rungs] if cfg.search == "halving-restarts" else []
-    opt = StackedAdamW(groups, cycle_ends=checkpoints or sorted(set(restarts)) + [epochs * steps_per_epoch])
-    detach = torch.zeros(len(specs), dtype=torch.bool, device=data.x.device)
-    for m, v in methods:
-        detach[v.g] = type(m).detach_head_input
-    detach = detach if any(type(m).detach_head_input for m, _ in methods) else None
-    step_loss = StackStep(probe, methods, data.num_classes, detach, l2)
-    train_step = step_runner(step_loss, opt, cfg, data.x.device)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    info: list[dict[str, Any]] = [{} for _ in specs]
-    keeper = _BestState(probe, data, select, methods, info) if checkpoints else None
-    step, epoch = 0, 0
-
-    def rebuild(m: Method, hparams: list[dict[str, Any]], v: _View) -> Method:
-        """A stateless method built again for the heads ``hparams`` (its view already re-pointed to them):
-        prepared and brought to the current epoch, it computes their loss as ``m`` did."""
-        fresh = type(m)(hparams, make_context(data, probe, cfg, v, seed, epochs, log, description, quiet=True))
-        fresh.name = m.name
-        fresh.prepare()
-        fresh.on_epoch_start(epoch)
-        return fresh
-
-    halving = _Halving(probe, opt, data, select, methods, info, rungs, total, keeper, rebuild) if rungs else None
-
-    finite = torch.ones((), dtype=torch.bool, device=data.x.device)
-
-    def check_finite(epoch: int) -> None:
-        """Raise if any loss since the start was not finite (one host sync, not one per step)."""
-        if not bool(finite):
-            raise UserError(f"training diverged (a non-finite loss by epoch {epoch + 1}); lower --lr")
-
-    def cut() -> None:
-        """Successive halving's cut at this step: the stack and the per-head tensors of the step shrink."""
-        keep = halving.cut(step)
-        if keep is not None:
-            step_loss.select(keep)
-
-    own = progress_bar(f"{description} seed {seed}: {len(specs)} heads", total=train_epochs * steps_per_epoch,
+    run = _StackTraining(data, specs, cfg, log, epochs, description, select)
+    sched = run.schedule
+    own = progress_bar(f"{description} seed {run.seed}: {len(specs)} heads", total=sched.total,
                        enabled=cfg.progress and bar is None)
     with own if bar is None else contextlib.nullcontext(bar) as bar:
-        for epoch in range(train_epochs):
-            bar.update(description=f"{description} · seed {seed} · {probe.num_heads} heads · epoch {epoch + 1}/"
-                                   f"{train_epochs}")
-            for m, v in methods:
-                m.on_epoch_start(epoch)
-                step_loss.write_terms(m, v)
-            for idx, xb in epoch_batches(data.x, cfg.batch_size, gen):
-                loss = train_step(xb, data.y.index_select(0, idx), idx)
-                finite = finite & torch.isfinite(loss)  # read every FINITE_EVERY steps: no sync per step
-                if step % FINITE_EVERY == FINITE_EVERY - 1:
-                    check_finite(epoch)
+        for epoch in range(sched.train_epochs):
+            bar.update(description=f"{description} · seed {run.seed} · {run.probe.num_heads} heads · epoch "
+                                   f"{epoch + 1}/{sched.train_epochs}")
+            run.start_epoch(epoch)
+            for idx, xb in epoch_batches(data.x, cfg.batch_size, run.gen):
+                run.step(idx, xb)
                 bar.advance(weight)
-                step += 1
-                if halving is not None and step % steps_per_epoch and halving.due(step):  # a rung inside an epoch
-                    check_finite(epoch)
-                    cut()
-            check_finite(epoch)
-            if keeper is not None and (epoch + 1) * steps_per_epoch in checkpoints:
-                keeper.checkpoint((epoch + 1) * steps_per_epoch)
-            if halving is not None and halving.due(step):  # a rung at the epoch's end: after its checkpoint
-                cut()
-    opt.zero_grad()
-    if halving is not None:
-        return halving.result(specs, checkpoints)
-    if keeper is not None:
-        return keeper.restore(specs, checkpoints)
-    for m, v in methods:
-        for i, extra in zip(range(v.g.start, v.g.stop), m.info()):
-            info[i] = extra
-    return TrainedStack(specs=specs, probe=probe, info=info)
+            run.end_epoch()
+    return run.finish()
 
 
 class _BestState:
