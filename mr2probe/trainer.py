@@ -551,7 +551,9 @@ def step_runner(step: StackStep, opt: StackedAdamW, cfg: TrainConfig, device: to
             for t in step.state_tensors(opt):
                 torch._dynamo.mark_static_address(t)
             marked[:] = [id(step.tables)]
-        with torch._dynamo.config.patch(trace_autograd_ops=True):
+        # every stack (seed, chunk, auxiliary stage) is a graph of its own for the one step function: no limit on them
+        with torch._dynamo.config.patch(trace_autograd_ops=True, recompile_limit=1 << 16,
+                                        accumulated_recompile_limit=1 << 16):
             return compiled(xb, yb, idx)
 
     return run
