@@ -53,9 +53,9 @@ def main() -> None:
     with pd.option_context("display.width", 160, "display.max_rows", 500):
         print(df.round(3).to_string(index=False))
     moved = df[~df["within"]]
-    print(f"methods × runs compared: {len(df)}; |ΔAll| and |ΔHard| below the null control's SD: {int(df['within'].sum())}"
-          f"; at or above it: {len(moved)}" + (f" ({', '.join(moved['run'] + '/' + moved['method'])})"
-                                              if len(moved) else ""))
+    named = f" ({', '.join(moved['run'] + '/' + moved['method'])})" if len(moved) else ""
+    print(f"methods × runs compared: {len(df)}; |ΔAll| and |ΔHard| below the null control's SD: "
+          f"{int(df['within'].sum())}; at or above it: {len(moved)}{named}")
     print(f"largest |ΔAll| {df['dAll'].abs().max():.3f}, largest |ΔHard| {df['dHard'].abs().max():.3f} points")
 
 
