@@ -34,7 +34,7 @@ def rows_of(run_dir: Path) -> list[dict]:
     """The null control's ΔHard under the three rules (one row each), or [] without a null control."""
     results = load_results(run_dir)
     preds = load_predictions(run_dir)
-    if not results.get("null_control"):
+    if not results.null_control:
         return []
     out = []
     for rule, group_on in (("two-stage", "val"), ("two-stage, pooled", "val-pooled")):

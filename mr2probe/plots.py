@@ -31,6 +31,7 @@ from .csvnames import csv_labels
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from .results import RunResults
     from .summary import Summary
 
 DPI = 100
@@ -313,13 +314,13 @@ def plot_groups(s: Summary, path: Path) -> Path:
     return _save(fig, path)
 
 
-def mr2_method(s: Summary, results: dict[str, Any]) -> str | None:
+def mr2_method(s: Summary, results: RunResults) -> str | None:
     """The MR2-family method whose variability is plotted: ``mr2`` if run, else the first with ``variability``."""
-    have = [m for m in s.methods if any("variability" in r for r in results["runs"] if r["method"] == m)]
+    have = [m for m in s.methods if any(r.variability is not None for r in results.runs_of(m))]
     return MR2_FAMILY_FIRST if MR2_FAMILY_FIRST in have else (have[0] if have else None)
 
 
-def plot_variability(s: Summary, results: dict[str, Any], path: Path) -> Path | str:
+def plot_variability(s: Summary, results: RunResults, path: Path) -> Path | str:
     """Class variability v_k (mean over seeds) against reference accuracy, coloured by γ_k; Spearman r_s in the
     title; class names beside the points up to K = 30 (hard classes in bold), smaller points for large K.
     Returns the path, or a note (str) when there is no MR2-family run to take v_k from."""
@@ -328,9 +329,9 @@ def plot_variability(s: Summary, results: dict[str, Any], path: Path) -> Path | 
     method = mr2_method(s, results)
     if method is None:
         return "variability.png skipped: no MR2-family run (method with class variability) in results.json"
-    runs = [r for r in results["runs"] if r["method"] == method and "variability" in r]
-    v = np.mean([r["variability"] for r in runs], axis=0)
-    gamma = np.mean([r["margins"] for r in runs], axis=0) if all("margins" in r for r in runs) else None
+    runs = [r for r in results.runs_of(method) if r.variability is not None]
+    v = np.mean([r.variability for r in runs], axis=0)
+    gamma = np.mean([r.margins for r in runs], axis=0) if all(r.margins is not None for r in runs) else None
     acc = 100 * _nanmean(s.acc[s.reference])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -527,9 +528,12 @@ def _style(i: int) -> tuple[str, str]:
     return to_hex(colormaps["tab20"](PALETTE_INDICES[i % len(PALETTE_INDICES)])), MARKERS[i % len(MARKERS)]
 
 
-def write_plots(s: Summary, results: dict[str, Any], run_dir: Path) -> tuple[list[Path], list[str]]:
-    """Write every plot into ``run_dir``; return the written paths and notes about skipped plots."""
-    run_dir = Path(run_dir)
+def write_plots(s: Summary, results: RunResults | dict[str, Any], run_dir: Path) -> tuple[list[Path], list[str]]:
+    """Write every plot into ``run_dir``; return the written paths and notes about skipped plots. ``results``: the
+    run's :class:`~mr2probe.results.RunResults` (or a results.json's content)."""
+    from .results import RunResults
+
+    run_dir, results = Path(run_dir), RunResults.coerce(results)
     outputs = {"per_class.png": plot_per_class(s, run_dir / "per_class.png"),
                "groups.png": plot_groups(s, run_dir / "groups.png"),
                "variability.png": plot_variability(s, results, run_dir / "variability.png"),

@@ -20,6 +20,7 @@ from .experiment import HEADS_FORMAT, load_heads, predict_labels
 from .featurestore import read_features
 from .heads import ProbeConfig, ProbeStack
 from .predfile import load_predictions, save_npz
+from .results import RunResults
 from .trainer import pick_device
 
 
@@ -74,7 +75,7 @@ def methods_without_heads(run_dir: str | Path, df: pd.DataFrame) -> list[str]:
     path = Path(run_dir) / "results.json"
     if not path.is_file():
         return []
-    methods = dict.fromkeys(r["method"] for r in json.loads(path.read_text()).get("runs", []))
+    methods = dict.fromkeys(r.method for r in RunResults.from_disk(path).runs)
     have = {c.rsplit("/", 1)[0] for c in df.columns if c not in ("index", "label")}
     return [m for m in methods if m not in have]
 

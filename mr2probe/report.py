@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import os
 import re
 import textwrap
@@ -43,6 +42,7 @@ from .atomic import atomic_text
 from .csvnames import csv_labels, csv_name  # noqa: F401 (csv_labels: the readers' inverse)
 from .errors import UserError
 from .jsonfile import atomic_json
+from .results import RunResults
 from .metrics import COLUMNS, DELTA_COLUMNS, SIG_COLUMN
 from .inference import RULE, VERDICTS
 from .summary import (CI_NAMES, GRID_EDGE_RISE, Summary, best_of, cross_run, hard_set_stability, over_runs,
@@ -62,28 +62,10 @@ COMPACT = ["All", "Hard", "Worst", DELTA_CI, VERDICT_COLUMN, Q_SHORT]  # what a 
 BEST_OF = {DELTA_CI: "ΔHard"}  # compact cells marked bold by the column they show
 
 
-def load_results(run_dir: str | Path) -> dict[str, Any]:
-    """Read and sanity-check ``RUN_DIR/results.json``; every problem is a one-line :class:`UserError`."""
-    path = Path(run_dir) / "results.json"
-    if not path.is_file():
-        raise UserError(f"{path} not found: run `mr2probe train --out {run_dir}` first")
-    try:
-        results = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e}); train again") from None
-    if not isinstance(results, dict) or not results.get("runs"):
-        raise UserError(f"{path} holds no runs")
-    try:
-        k = len(results["class_names"])
-        if len(results["test_class_counts"]) != k:
-            raise ValueError("test_class_counts and class_names differ in length")
-        for r in results["runs"]:
-            if len(r["per_class_acc"]) != k or not isinstance(r["seed"], int) or not isinstance(r["method"], str):
-                raise ValueError(f"run {r.get('method')}/{r.get('seed')} has a malformed per_class_acc/seed/method")
-    except (KeyError, TypeError, ValueError) as e:
-        what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
-        raise UserError(f"{path} is not a mr2probe results file ({what}); train again") from None
-    return results
+def load_results(run_dir: str | Path) -> RunResults:
+    """``RUN_DIR/results.json`` (:meth:`RunResults.from_disk`: any layout; every problem a one-line
+    :class:`UserError`)."""
+    return RunResults.from_disk(Path(run_dir) / "results.json")
 
 
 def load_predictions(run_dir: str | Path) -> dict[str, np.ndarray] | None:
@@ -351,14 +333,14 @@ def to_markdown(s: Summary, link: str | None = None) -> str:
                      + [f"How this table was made: {s.header()}"]) + "\n"
 
 
-def _replicates(s: Summary, results: dict[str, Any], method: str) -> pd.DataFrame:
+def _replicates(s: Summary, results: RunResults, method: str) -> pd.DataFrame:
     """``seed`` and ``episode`` of the method's replicates, in the order of the Summary's per-seed arrays (the
     order of results.json)."""
-    runs = [r for r in results["runs"] if r["method"] == method]
-    return pd.DataFrame({"seed": [r["seed"] for r in runs], "episode": [int(r.get("episode", 0)) for r in runs]})
+    runs = results.runs_of(method)
+    return pd.DataFrame({"seed": [r.seed for r in runs], "episode": [r.episode for r in runs]})
 
 
-def metrics_long(s: Summary, results: dict[str, Any], run: str) -> pd.DataFrame:
+def metrics_long(s: Summary, results: RunResults, run: str) -> pd.DataFrame:
     """metrics.csv: one row per (run, method, seed, episode, metric) with the replicate's value of every mean ± SD
     column of the table (points of %; Δs paired with the reference's replicate of the same index), metric names
     as in table.csv (:func:`csv_name`)."""
@@ -370,7 +352,7 @@ def metrics_long(s: Summary, results: dict[str, Any], run: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True).dropna(subset=["value"])
 
 
-def per_class_long(s: Summary, results: dict[str, Any], run: str) -> pd.DataFrame:
+def per_class_long(s: Summary, results: RunResults, run: str) -> pd.DataFrame:
     """per_class.csv: one row per (run, method, seed, episode, class, split, metric): ``accuracy`` on test and on
     val (from results.json) and, with test predictions, ``precision`` and ``prediction_rate`` (#predicted / #test)
     on test, all in points of %; ``class_name`` beside the class index."""
@@ -378,9 +360,9 @@ def per_class_long(s: Summary, results: dict[str, Any], run: str) -> pd.DataFram
     frames = []
     for m in s.methods:
         reps = _replicates(s, results, m)
-        runs = [r for r in results["runs"] if r["method"] == m]
         arrays = {("test", "accuracy"): s.acc[m],
-                  ("val", "accuracy"): np.array([r.get("val_per_class_acc") or [np.nan] * k for r in runs], float)}
+                  ("val", "accuracy"): np.array([r.val_per_class_acc or [np.nan] * k for r in results.runs_of(m)],
+                                                float)}
         if m in s.precision:
             arrays |= {("test", "precision"): s.precision[m], ("test", "prediction_rate"): s.pred_rate[m]}
         for (split, metric), a in arrays.items():

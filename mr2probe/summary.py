@@ -17,13 +17,13 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from .errors import UserError
-from .jsonfile import grid_rows
 from .inference import RULE, VERDICTS, Effect, two_stage, verdicts
 from .inference import label as verdict_label
 from .metrics import (COLUMNS, DELTA_COLUMNS, DELTA_OF, INSTRUMENT_COLUMNS, SIG_COLUMN, Bootstrap, Fold, Groups,
                       bh_qvalues, boundary_tie, class_groups, confusion, disparity_row, hard_instruments,
                       jaccard_matrix, mean_pairwise_jaccard, null_name, per_class_accuracy, per_class_paired_test,
                       precision_per_class, prediction_rate, stratified_halves)
+from .results import Budget, RunRecord, RunResults
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, TRAIN
 
 LOWER_IS_BETTER = frozenset({"Std", "Gap", "ΔGap"})
@@ -212,27 +212,27 @@ def best_of(values: dict[str, float], col: str) -> set[str]:
     return {m for m, v in shown.items() if v == target}
 
 
-def _replicate_clusters(runs: list[dict[str, Any]]) -> np.ndarray:
+def _replicate_clusters(runs: list[RunRecord]) -> np.ndarray:
     """Cluster id of each replicate: its episode when the runs span several episodes (replicates of one episode
     share their training set), else its own index (seeds are independent draws)."""
-    episodes = np.array([int(r.get("episode", 0)) for r in runs])
+    episodes = np.array([r.episode for r in runs])
     return episodes if len(np.unique(episodes)) > 1 else np.arange(len(runs))
 
 
-def _folds(results: dict[str, Any], ref_runs: list[dict[str, Any]], y: np.ndarray | None,
+def _folds(results: RunResults, ref_runs: list[RunRecord], y: np.ndarray | None,
            predictions: dict[str, np.ndarray] | None, reference: str, group_on: str
            ) -> tuple[list[Fold], np.ndarray, list[list[Fold]]]:
     """The scored test rows and their groups as shown (pooled over the reference's replicates), the ranking
     accuracy shown, and the folds that score each replicate pair: under ``val`` the groups of pair i are ranked on
     the reference's replicates outside pair i's cluster (:func:`_replicate_clusters`); otherwise the shown ones."""
-    k = len(results["class_names"])
-    n_test = int(np.sum(results["test_class_counts"]))
+    k = len(results.class_names)
+    n_test = int(np.sum(results.test_class_counts))
     everything = np.arange(n_test)
     if group_on in ("val", "val-pooled", "test"):
         key = "per_class_acc" if group_on == "test" else "val_per_class_acc"
-        if any(key not in r for r in ref_runs):
+        if any(getattr(r, key) is None for r in ref_runs):
             raise UserError(f"the reference runs have no {key}; train again or use --groups-on test")
-        accs = np.array([r[key] for r in ref_runs], dtype=float)
+        accs = np.array([getattr(r, key) for r in ref_runs], dtype=float)
         rank = np.nanmean(accs, axis=0)
         tie = tiebreak_score(results)
         shown = [Fold(everything, class_groups(rank, tie))]
@@ -241,51 +241,51 @@ def _folds(results: dict[str, Any], ref_runs: list[dict[str, Any]], y: np.ndarra
             return shown, rank, [shown] * len(ref_runs)
         loo = [[Fold(everything, class_groups(np.nanmean(accs[clusters != c], axis=0), tie))] for c in clusters]
         return shown, rank, loo
-    if y is None or any(f"{reference}/{r['seed']}" not in predictions for r in ref_runs):
+    if y is None or any(f"{reference}/{r.seed}" not in predictions for r in ref_runs):
         raise UserError("--groups-on crossfit needs predictions.npz with the reference's test predictions")
     halves = stratified_halves(y, seed=0)
     folds, ranks = [], []
     for rank_rows, score_rows in (halves, halves[::-1]):
-        rank = np.mean([per_class_accuracy(predictions[f"{reference}/{r['seed']}"][rank_rows], y[rank_rows], k)
+        rank = np.mean([per_class_accuracy(predictions[f"{reference}/{r.seed}"][rank_rows], y[rank_rows], k)
                         for r in ref_runs], axis=0)
         folds.append(Fold(score_rows, class_groups(rank)))
         ranks.append(rank)
     return folds, ranks[0], [folds] * len(ref_runs)
 
 
-def tiebreak_score(results: dict[str, Any]) -> np.ndarray | None:
+def tiebreak_score(results: RunResults) -> np.ndarray | None:
     """The second ranking key of the groups, for classes tied on the reference's accuracy: the mean val accuracy of
     every run of the table (all methods; results.json stores no val log-probabilities, so no finer score of the
     reference is available). None when no run has val accuracy."""
-    val = [r["val_per_class_acc"] for r in results["runs"] if "val_per_class_acc" in r]
+    val = [r.val_per_class_acc for r in results.runs if r.val_per_class_acc is not None]
     return np.nanmean(np.array(val, dtype=float), axis=0) if val else None
 
 
 SMALL_VAL_CLASS = 20  # [choice] a class with fewer val images than this ranks its group on too little
 
 
-def val_class_sizes(results: dict[str, Any]) -> np.ndarray:
+def val_class_sizes(results: RunResults) -> np.ndarray:
     """Per class, how many val images there are, as far as results.json tells (it stores no val counts): the
     largest of (a) the least common denominator of the class's val accuracies over every run (a count that all of
     them are fractions of; a lower bound) and (b) the val split's size × the class's share of test (the split is
     stratified). NaN where neither is known."""
-    k = len(results["class_names"])
+    k = len(results.class_names)
     dens = np.ones(k, dtype=np.int64)
-    for r in results["runs"]:
-        for i, a in enumerate(r.get("val_per_class_acc") or []):
+    for r in results.runs:
+        for i, a in enumerate(r.val_per_class_acc or []):
             if a is not None and np.isfinite(a):
                 dens[i] = math.lcm(int(dens[i]), Fraction(float(a)).limit_denominator(100_000).denominator)
-    test = np.asarray(results["test_class_counts"], dtype=float)
-    n_val = ((results.get("provenance") or {}).get("splits") or {}).get("val")
+    test = np.asarray(results.test_class_counts, dtype=float)
+    n_val = results.val_size
     share = np.round(n_val * test / test.sum()) if n_val else np.full(k, np.nan)
     return np.fmax(dens.astype(float), share) if n_val else dens.astype(float)
 
 
-def group_notes(results: dict[str, Any], rank: np.ndarray, group_on: str) -> list[str]:
+def group_notes(results: RunResults, rank: np.ndarray, group_on: str) -> list[str]:
     """Warnings about the groups shown: a hard group decided by ties of the reference's ranking accuracy (and
     whether the second key, :func:`tiebreak_score`, separated them), and classes with fewer than
     :data:`SMALL_VAL_CLASS` val images."""
-    notes, names = [], list(results["class_names"])
+    notes, names = [], list(results.class_names)
     if group_on in ("val", "val-pooled", "test"):
         tied = boundary_tie(rank)
         if tied:
@@ -306,7 +306,7 @@ def group_notes(results: dict[str, Any], rank: np.ndarray, group_on: str) -> lis
     return notes
 
 
-def manipulation_check(runs_by_method: dict[str, list[dict[str, Any]]], rank: np.ndarray
+def manipulation_check(runs_by_method: dict[str, list[RunRecord]], rank: np.ndarray
                        ) -> dict[str, dict[str, float]]:
     """Per MR2-family method (``mr2``, ``mr2_*``) with per-run ``margins``: margin_spread = mean over replicates of
     γ_max / γ_min (1 = no class-dependent margin: MR2 reduces to a uniform margin); premise_r = Spearman r between
@@ -314,12 +314,12 @@ def manipulation_check(runs_by_method: dict[str, list[dict[str, Any]]], rank: np
     accuracy (the paper's premise, hard classes vary more, reads r < 0)."""
     out = {}
     for m, runs in runs_by_method.items():
-        if not (m == "mr2" or m.startswith("mr2_")) or not all("margins" in r for r in runs):
+        if not (m == "mr2" or m.startswith("mr2_")) or not all(r.margins is not None for r in runs):
             continue
-        g = np.array([r["margins"] for r in runs], dtype=float)
+        g = np.array([r.margins for r in runs], dtype=float)
         row = {"margin_spread": float(np.mean(g.max(1) / g.min(1)))}
-        if all("variability" in r for r in runs):
-            v = np.mean([r["variability"] for r in runs], axis=0)
+        if all(r.variability is not None for r in runs):
+            v = np.mean([r.variability for r in runs], axis=0)
             constant = np.ptp(v) == 0 or np.ptp(rank) == 0  # no ranking to correlate
             row["premise_r"] = float("nan") if constant else float(spearmanr(v, rank).statistic)
         out[m] = row
@@ -342,7 +342,7 @@ def manipulation_line(check: dict[str, dict[str, float]], reference: str, group_
 INFERRED = ["All", "Hard"] + DELTA_COLUMNS  # the columns inferred by :func:`~mr2probe.inference.two_stage`
 
 
-def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None = None,
+def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.ndarray] | None = None,
               group_on: str = "val", null: bool = True, margin: float = TRAIN["equivalence_margin"].default
               ) -> Summary:
     """Groups from the reference (``group_on``, :data:`GROUPS_ON`; under ``val`` each replicate pair is scored with
@@ -356,10 +356,11 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     per-class paired tests against the reference with BH q-values; with or without them the hard-set stability over
     the reference's seeds (:func:`seed_stability`)."""
     TRAIN["groups_on"].check_choice(group_on, "--groups-on")
-    by_method: dict[str, list[dict[str, Any]]] = {}
-    for run in sorted(results["runs"], key=lambda r: r["seed"]):
-        by_method.setdefault(run["method"], []).append(run)
-    reference = results.get("reference") or next(iter(by_method))
+    results = RunResults.coerce(results)
+    by_method: dict[str, list[RunRecord]] = {}
+    for run in sorted(results.runs, key=lambda r: r.seed):
+        by_method.setdefault(run.method, []).append(run)
+    reference = results.reference
     if reference not in by_method:
         raise UserError(f"reference method {reference!r} is not among the runs ({', '.join(by_method)})")
     null_method = null_name(reference) if null_name(reference) in by_method else None
@@ -368,62 +369,62 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
         null_method = None
     ref_runs = by_method[reference]
     y = predictions.get("test_labels") if predictions else None
-    k = len(results["class_names"])
+    k = len(results.class_names)
     folds, rank_acc, pair_folds = _folds(results, ref_runs, y, predictions, reference, group_on)
-    counts = np.asarray(results["test_class_counts"], dtype=float)
+    counts = np.asarray(results.test_class_counts, dtype=float)
     fold_counts = [np.bincount(y[f.rows], minlength=k).astype(float) for f in folds] if y is not None else [counts]
 
     def fold_list(i: int) -> list[Fold]:
         return pair_folds[i] if i < len(pair_folds) else folds
 
-    def row(run: dict[str, Any], i: int) -> dict[str, float]:
+    def row(run: RunRecord, i: int) -> dict[str, float]:
         """The protocol's columns for replicate i, averaged over its folds (from predictions where a fold is a
         part of test)."""
         fl = fold_list(i)
         if len(fl) == 1:
-            return disparity_row(np.asarray(run["per_class_acc"], dtype=float), fl[0].groups, counts)
-        pred = predictions.get(f"{run['method']}/{run['seed']}")
+            return disparity_row(np.asarray(run.per_class_acc, dtype=float), fl[0].groups, counts)
+        pred = predictions.get(run.key)
         if pred is None:
             raise UserError(f"--groups-on crossfit needs the test predictions of every run; predictions.npz has "
-                            f"none for {run['method']}/{run['seed']}")
+                            f"none for {run.key}")
         rows = [disparity_row(per_class_accuracy(pred[f.rows], y[f.rows], k), f.groups, c)
                 for f, c in zip(fl, fold_counts)]
         return {c: float(np.mean([r[c] for r in rows])) for c in rows[0]}
 
-    def have_preds(runs: list[dict[str, Any]]) -> bool:
-        return y is not None and all(f"{r['method']}/{r['seed']}" in predictions for r in runs)
+    def have_preds(runs: list[RunRecord]) -> bool:
+        return y is not None and all(r.key in predictions for r in runs)
 
     boot = Bootstrap(y, folds, k) if y is not None else None
 
-    def draws(runs: list[dict[str, Any]]) -> dict[str, np.ndarray] | None:
+    def draws(runs: list[RunRecord]) -> dict[str, np.ndarray] | None:
         """Per column the image-bootstrap draws of every replicate, [B, R] (points), or None without predictions."""
         if boot is None or not have_preds(runs):
             return None
-        return boot.rows([predictions[f"{r['method']}/{r['seed']}"] for r in runs], y,
+        return boot.rows([predictions[r.key] for r in runs], y,
                          [[f.groups for f in fold_list(i)] for i in range(len(runs))])
 
     ref_rows = [row(r, i) for i, r in enumerate(ref_runs)]
     ref_draws = draws(ref_runs)
-    ins = _Instruments(y, folds, k, list(results["class_names"]))
+    ins = _Instruments(y, folds, k, list(results.class_names))
     if y is not None and have_preds(ref_runs):
-        ins.ref_correct = np.array([predictions[f"{reference}/{r['seed']}"] == y for r in ref_runs])
+        ins.ref_correct = np.array([predictions[r.key] == y for r in ref_runs])
     mean, std, ci, seeds, per_seed, accs, effects, identical = {}, {}, {}, {}, {}, {}, {}, {}
     for method, runs in by_method.items():
-        accs[method] = np.array([r["per_class_acc"] for r in runs], dtype=float)
+        accs[method] = np.array([r.per_class_acc for r in runs], dtype=float)
         rows = [row(r, i) for i, r in enumerate(runs)]
         cols = {c: np.array([rw[c] for rw in rows]) for c in COLUMNS}
         n = min(len(rows), len(ref_rows))
         for d, c in DELTA_OF.items():
             cols[d] = np.array([rw[c] - ref_rows[i][c] if i < n else np.nan for i, rw in enumerate(rows)])
         if have_preds(runs):
-            preds = [predictions[f"{method}/{r['seed']}"] for r in runs]
+            preds = [predictions[r.key] for r in runs]
             cols.update(ins.add(method, preds, method != reference))
             if method != reference and have_preds(ref_runs) and len(runs) <= len(ref_runs):
-                identical[method] = all(np.array_equal(p, predictions[f"{reference}/{ref_runs[i]['seed']}"])
+                identical[method] = all(np.array_equal(p, predictions[ref_runs[i].key])
                                         for i, p in enumerate(preds))
         mean[method] = {c: float(np.nanmean(v)) for c, v in cols.items()}
         std[method] = {c: sample_sd(v) for c, v in cols.items()}
-        seeds[method] = [r["seed"] for r in runs]
+        seeds[method] = [r.seed for r in runs]
         per_seed[method] = cols
         clusters = _replicate_clusters(runs)
         mine = draws(runs) if method != reference else ref_draws
@@ -438,22 +439,19 @@ def summarize(results: dict[str, Any], predictions: dict[str, np.ndarray] | None
     check = manipulation_check(by_method, rank_acc)
     notes = group_notes(results, rank_acc, group_on) + [x for x in [manipulation_line(check, reference, group_on)]
                                                          if x]
-    prov = results.get("provenance", {})
-    title = f"{prov.get('encoder', '?')} on {prov.get('dataset', '?')}, {results.get('head', '?')} head, " \
-            f"adapter {results.get('adapter', 'none')}"
-    profile = results.get("profile") or {}
-    if profile.get("kind", "full") != "full":
+    title = f"{results.encoder} on {results.dataset}, {results.head} head, adapter {results.adapter}"
+    profile = results.profile
+    if profile["kind"] != "full":
         title += f", train: {profile.get('describe', profile.get('text'))}"
     return Summary(list(by_method), reference, folds[0].groups, mean, std, ci, seeds, title, per_seed, accs,
-                   rank_acc, list(results["class_names"]), group_on, folds, null_method,
-                   dataset=str(prov.get("dataset", "?")), encoder=str(prov.get("encoder", "?")),
-                   head=str(results.get("head", "?")),
+                   rank_acc, list(results.class_names), group_on, folds, null_method,
+                   dataset=results.dataset, encoder=results.encoder, head=str(results.head),
                    precision=ins.precision, pred_rate=ins.rate, share=ins.share, confusions=ins.confusions,
                    significance=ins.significance,
                    mde=detectable_delta_hard(inference, null_method),
-                   seed_stability=seed_stability(ref_runs, list(results["class_names"])),
-                   grid_edges=grid_edges(by_method, {"k": sum(results.get("train_class_counts") or [math.inf])}),
-                   reference_check=reference_probe_check(mean, reference, results.get("budget"), ref_runs,
+                   seed_stability=seed_stability(ref_runs, list(results.class_names)),
+                   grid_edges=grid_edges(by_method, {"k": sum(results.train_class_counts or [math.inf])}),
+                   reference_check=reference_probe_check(mean, reference, results.budget, ref_runs,
                                                          by_method.get(EXACT_PROBE, [])),
                    inference=inference, margin=margin,
                    loo_groups=group_on == "val" and pair_folds[0] is not folds, identical=identical,
@@ -562,25 +560,25 @@ def _nu(df: float | None) -> str:
     return "∞" if df is None or not np.isfinite(df) else f"{df:.1f}"
 
 
-def seed_stability(ref_runs: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+def seed_stability(ref_runs: list[RunRecord], names: list[str]) -> dict[str, Any]:
     """Mean pairwise Jaccard of the reference's per-seed hard sets, each seed ranked on its own val accuracy
     (on test where the runs have no val accuracy); the per-seed hard sets too. value None with one seed."""
-    key, on = ("val_per_class_acc", "val") if all("val_per_class_acc" in r for r in ref_runs) else \
+    key, on = ("val_per_class_acc", "val") if all(r.val_per_class_acc is not None for r in ref_runs) else \
         ("per_class_acc", "test")
     members = np.zeros((len(ref_runs), len(names)), dtype=bool)
     for i, r in enumerate(ref_runs):
-        members[i, class_groups(np.asarray(r[key], dtype=float)).hard] = True
+        members[i, class_groups(np.asarray(getattr(r, key), dtype=float)).hard] = True
     j = mean_pairwise_jaccard(members)
     return {"value": j if np.isfinite(j) else None, "seeds": len(ref_runs),
             "pairs": len(ref_runs) * (len(ref_runs) - 1) // 2, "ranked_on": on,
-            "hard_sets": {str(r["seed"]): [names[c] for c in np.flatnonzero(m)] for r, m in zip(ref_runs, members)}}
+            "hard_sets": {str(r.seed): [names[c] for c in np.flatnonzero(m)] for r, m in zip(ref_runs, members)}}
 
 
 GRID_EDGE_MIN_VALUES = 3  # a grid of two values has no inside: every choice is at one of its ends
 GRID_EDGE_RISE = 0.001  # [choice] val-score gain over the next value inwards (0.1 point) that counts as still rising
 
 
-def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[str, float] | None = None
+def grid_edges(runs_by_method: dict[str, list[RunRecord]], ceilings: dict[str, float] | None = None
                ) -> list[dict[str, Any]]:
     """Hyperparameters chosen at an end of their val grid (numeric grids of ≥ 3 values, from each run's ``grid``)
     where the val score was still rising there: the chosen point beats the same point with that hyperparameter
@@ -594,11 +592,11 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
     for method, runs in runs_by_method.items():
         hits: dict[tuple[Any, ...], list[float]] = {}
         for run in runs:
-            entries = grid_rows(run.get("grid"))
+            entries = run.grid
             grid = [g["hparams"] for g in entries]
             score = {json.dumps(g["hparams"], sort_keys=True): g["val_score"] for g in entries}
             recorded = {k for h in grid for k in h}
-            chosen = {k: v for k, v in run.get("hparams", {}).items() if k in recorded}
+            chosen = {k: v for k, v in run.hparams.items() if k in recorded}
             mine = score.get(json.dumps(chosen, sort_keys=True))
             for name, value in chosen.items():
                 values = sorted({h[name] for h in grid if _is_number(h.get(name))})
@@ -619,8 +617,8 @@ def grid_edges(runs_by_method: dict[str, list[dict[str, Any]]], ceilings: dict[s
 
 
 def reference_probe_check(mean: dict[str, dict[str, float]], reference: str,
-                          budget: dict[str, Any] | None = None, ref_runs: Sequence[dict[str, Any]] = (),
-                          probe_runs: Sequence[dict[str, Any]] = ()) -> dict[str, Any] | None:
+                          budget: Budget | None = None, ref_runs: Sequence[RunRecord] = (),
+                          probe_runs: Sequence[RunRecord] = ()) -> dict[str, Any] | None:
     """The reference against the exact logistic regression on the same features: gap = All(logreg) − All(reference)
     (seed means, points) and ``under_fit`` = gap > :data:`EXACT_PROBE_TOLERANCE` (a budget or grid too small for
     these features), with the run's step budget (``steps``; ``calibrated``/``reached`` under the reach-logreg
@@ -629,17 +627,16 @@ def reference_probe_check(mean: dict[str, dict[str, float]], reference: str,
     if EXACT_PROBE not in mean or reference not in mean or reference == EXACT_PROBE:
         return None
     gap = mean[EXACT_PROBE]["All"] - mean[reference]["All"]
-    scores = [[r.get("val_score") for r in runs] for runs in (probe_runs, ref_runs)]
+    scores = [[r.val_score for r in runs] for runs in (probe_runs, ref_runs)]
     val_gap = (100 * (np.mean(scores[0]) - np.mean(scores[1]))
                if all(v and all(_is_number(x) for x in v) for v in scores) else None)
-    budget = budget or {}
-    calibration = budget.get("calibration")
-    chosen = sorted({int(r["checkpoint_step"]) for r in ref_runs if r.get("checkpoint_step") is not None})
+    calibration = budget.calibration if budget else None
+    chosen = sorted({int(r.checkpoint_step) for r in ref_runs if r.checkpoint_step is not None})
     return {"probe": EXACT_PROBE, "gap": gap, "tolerance": EXACT_PROBE_TOLERANCE,
             "under_fit": bool(gap > EXACT_PROBE_TOLERANCE), "val_gap": None if val_gap is None else float(val_gap),
-            "steps": budget.get("steps"), "calibrated": calibration is not None,
+            "steps": budget.steps if budget else None, "calibrated": calibration is not None,
             "reached": None if calibration is None else calibration["reached"],
-            "checkpoints": budget.get("checkpoints"), "reference_checkpoints": chosen}
+            "checkpoints": budget.checkpoints if budget else None, "reference_checkpoints": chosen}
 
 
 def _is_number(v: Any) -> bool:

@@ -18,6 +18,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from .results import RunResults
 from .report import load_predictions, load_results as load_results_json, run_labels
 from .summary import Summary, cross_run, summarize as summarize_run
 
@@ -26,15 +27,14 @@ def _dirs(run_dirs: str | Path | Iterable[str | Path]) -> list[Path]:
     return [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(d) for d in run_dirs]
 
 
-def _setting(results: dict) -> dict[str, object]:
-    prov = results.get("provenance", {})
-    profile = results.get("profile") or {}
-    return {"dataset": prov.get("dataset"), "encoder": prov.get("encoder"), "head": results.get("head"),
-            "adapter": results.get("adapter"), "profile": profile.get("text", "full")}
+def _setting(results: RunResults) -> dict[str, object]:
+    prov = results.provenance
+    return {"dataset": prov.get("dataset"), "encoder": prov.get("encoder"), "head": results.head,
+            "adapter": results.adapter, "profile": results.profile["text"]}
 
 
 def _summaries(run_dirs: str | Path | Iterable[str | Path], group_on: str, null: bool
-               ) -> list[tuple[str, dict, Summary]]:
+               ) -> list[tuple[str, RunResults, Summary]]:
     dirs = _dirs(run_dirs)
     out = []
     for label, d in zip(run_labels(dirs), dirs):
@@ -53,15 +53,15 @@ def load_results(run_dirs: str | Path | Iterable[str | Path], group_on: str = "v
         group = np.empty(len(s.class_names), dtype=object)
         for name in ("hard", "medium", "easy"):
             group[getattr(s.groups, name)] = name
-        for run in results["runs"]:
-            if run["method"] not in s.methods:
+        for run in results.runs:
+            if run.method not in s.methods:
                 continue
-            val = np.asarray(run.get("val_per_class_acc") or [np.nan] * len(s.class_names), dtype=float)
+            val = np.asarray(run.val_per_class_acc or [np.nan] * len(s.class_names), dtype=float)
             for k, name in enumerate(s.class_names):
-                rows.append({"run": label, **_setting(results), "groups_on": group_on, "method": run["method"],
-                             "seed": run["seed"], "episode": run.get("episode", 0),
-                             "hparams": json.dumps(run.get("hparams", {}), sort_keys=True), "class": k,
-                             "class_name": name, "group": group[k], "test_acc": 100 * run["per_class_acc"][k],
+                rows.append({"run": label, **_setting(results), "groups_on": group_on, "method": run.method,
+                             "seed": run.seed, "episode": run.episode,
+                             "hparams": json.dumps(run.hparams, sort_keys=True), "class": k,
+                             "class_name": name, "group": group[k], "test_acc": 100 * run.per_class_acc[k],
                              "val_acc": 100 * val[k]})
     return pd.DataFrame(rows)
 

@@ -172,7 +172,7 @@ def test_results_json_records_the_schedule_and_where_each_head_stopped(tmp_path:
 
 
 def test_full_is_unchanged_part_key_and_fields(tmp_path: Path) -> None:
-    """``full`` keeps the part keys and the results.json of before the setting (no search field anywhere)."""
+    """``full`` keeps the part keys of before the setting; results.json has no rungs and records the search."""
     cfg = config_from_settings(BUNDLED, tmp_path / "x", ["ce", "mr2", "lff", "cdb", "group_dro"], [0, 1],
                                values={"min_steps": 40, "epochs": 1, "device": "cpu"}, progress=False)
     assert cfg.train.search == "full" and "search" not in _keyed_train(cfg.train.__dict__)
@@ -181,7 +181,7 @@ def test_full_is_unchanged_part_key_and_fields(tmp_path: Path) -> None:
     assert _config_key(halving, content_sha256(BUNDLED)) != "2f60aca847b1bcee"
     feats = write_by_hand(tmp_path / "f.h5", k=4, d=8, n_train=448, n_test=80, val=True)
     res = run_experiment(_experiment(feats, tmp_path / "run", "full", null=False))
-    assert "search" not in res["budget"] and "search" not in res["config"]["train"]
+    assert "search" not in res["budget"] and res["config"]["train"]["search"] == "full"
     assert all("stopped_at" not in g for r in res["runs"] for g in grid_rows(r["grid"]))
 
 

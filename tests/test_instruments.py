@@ -25,6 +25,7 @@ from mr2probe.metrics import (COLUMNS, DELTA_COLUMNS, bh_qvalues, confusion, exa
                               per_class_paired_test, precision_per_class, prediction_rate, class_share)
 from mr2probe.report import (load_predictions, load_results, report_run, run_report, to_csv, to_html, to_latex,
                              to_markdown)
+from mr2probe.results import RunRecord
 from mr2probe.summary import hard_set_stability, seed_stability, summarize
 
 K, N = 6, 20  # classes, test images per class
@@ -159,7 +160,8 @@ def test_jaccard() -> None:
     runs = [{"seed": 0, "val_per_class_acc": [0.1, 0.2, 0.9, 0.9, 0.9, 0.9]},  # {0, 1}
             {"seed": 1, "val_per_class_acc": [0.9, 0.2, 0.1, 0.9, 0.9, 0.9]},  # {1, 2}
             {"seed": 2, "val_per_class_acc": [0.1, 0.2, 0.9, 0.9, 0.9, 0.9]}]  # {0, 1}
-    st = seed_stability(runs, [f"c{i}" for i in range(K)])
+    st = seed_stability([RunRecord.from_dict({"method": "ce", "per_class_acc": [], **r}) for r in runs],
+                        [f"c{i}" for i in range(K)])
     assert st["value"] == pytest.approx(5 / 9) and st["pairs"] == 3 and st["ranked_on"] == "val"
     assert st["hard_sets"]["1"] == ["c1", "c2"]
 
@@ -377,7 +379,12 @@ def _grid_run(seed: int, chosen: dict, scores: dict[tuple, float], names: tuple[
 
 
 def test_grid_edges_flag_an_end_only_where_the_val_score_still_rises() -> None:
-    from mr2probe.summary import grid_edges
+    from mr2probe.summary import grid_edges as edges_of
+
+    def grid_edges(by_method: dict, *ceilings: dict) -> list[dict]:
+        """The grid edges of runs given as results.json holds them."""
+        return edges_of({m: [RunRecord.from_dict({"method": m, "per_class_acc": [], **r}) for r in runs]
+                         for m, runs in by_method.items()}, *ceilings)
 
     three = {(8.0, 0.1): 0.80, (16.0, 0.1): 0.85, (32.0, 0.1): 0.86, (8.0, 1.0): 0.70, (16.0, 1.0): 0.70,
              (32.0, 1.0): 0.70}

@@ -230,7 +230,7 @@ def _ce_vs_logreg(d: dict[str, np.ndarray], rows: np.ndarray, head: str = "linea
     cfg = ExperimentConfig(features=BUNDLED, out=Path("."), methods=["ce"],
                            train=TrainConfig(progress=False, probe=ProbeConfig(head=head)))
     runs, _, _ = train_seed(data, (t(d["tx"]), t(d["ty"], torch.long)), cfg, 0, lambda m: None)
-    return runs[0]["test_acc"], best.score(d["tx"], d["ty"])
+    return runs[0].test_acc, best.score(d["tx"], d["ty"])
 
 
 @pytest.mark.slow

@@ -1,0 +1,163 @@
+"""Selection on val, one seed at a time: every method × grid point of a seed trained in one stack, the best grid
+point per method chosen on val (``select``: "acc" overall or "macc" mean per-class accuracy) and evaluated once
+on test; the exact probes (``logreg``, ``knn``) fitted with their grid chosen on val; the ``reach-logreg``
+budget rule's calibration. Each result is a :class:`~mr2probe.results.RunRecord`."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .errors import UserError
+from .heads import ProbeStack
+from .metrics import per_class_accuracy
+from .probes import REFERENCE_PROBES, fit_reference_probe
+from .progress import progress_bar
+from .distributed import rank_world
+from .results import RunRecord
+from .runconfig import ExperimentConfig
+from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE
+from .source import StreamedFeatures
+from .trainer import TrainData, TrainedStack, budget, chunk_rows, expand_runs, select_scores, train_stack
+
+Features = torch.Tensor | StreamedFeatures
+Test = tuple[Features, torch.Tensor]  # test features and labels
+Log = Callable[[str], None]
+
+
+def predict_labels(probe: ProbeStack, x: Features) -> torch.Tensor:
+    """argmax of every head's logits on ``x``, evaluated in chunks: [H, N]."""
+    c = chunk_rows(x)
+    with torch.no_grad():
+        return torch.cat([probe(x[i:i + c])[1].argmax(-1) for i in range(0, len(x), c)], 1)
+
+
+def label_dtype(num_classes: int) -> type:
+    """The integer type test predictions are stored in."""
+    return np.int16 if num_classes < 32000 else np.int32
+
+
+def scored_run(method: str, seed: int, hparams: dict[str, Any], val_score: float, select: str,
+               test_pred: np.ndarray, val_pred: np.ndarray, data: TrainData, test: Test,
+               grid: list[dict[str, Any]], wall_s: float, **extra: Any) -> RunRecord:
+    """The run record of a selected grid point: test accuracy, per-class accuracy on test and val (from the
+    predictions), its grid, the stack's wall time; ``extra``: the other :class:`RunRecord` fields."""
+    yt, yv, k = test[1].cpu().numpy(), data.val_y.cpu().numpy(), data.num_classes
+    return RunRecord(method=method, seed=seed, hparams=hparams, val_score=float(val_score), select=select,
+                     test_acc=float((test_pred == yt).mean()),
+                     per_class_acc=per_class_accuracy(test_pred, yt, k).tolist(),
+                     val_per_class_acc=per_class_accuracy(val_pred, yv, k).tolist(), grid=grid,
+                     stack_wall_time_s=round(float(wall_s), 2), **extra)
+
+
+def reference_probe_run(name: str, data: TrainData, test: Test, cfg: ExperimentConfig, seed: int,
+                        cache: dict[Any, Any] | None = None) -> tuple[RunRecord, np.ndarray]:
+    """A exact probe (``logreg`` or ``knn``, :mod:`mr2probe.probes`) as a run of the table: its grid chosen on
+    val, test scored once. It does not depend on the seed, so one fit per training set serves every seed
+    (``cache``, keyed by the training rows' identity)."""
+    if isinstance(data.x, StreamedFeatures):
+        raise UserError(f"the exact probe {name} needs the features in memory: raise --max-memory")
+    cache = {} if cache is None else cache
+    key = (name, id(data.x), cfg.select)
+    if key not in cache:
+        cache[key] = fit_reference_probe(name, data.x, data.y, data.val_x, data.val_y, test[0], data.num_classes,
+                                         cfg.select)
+    res = cache[key]
+    run = scored_run(name, seed, res.hparams, res.val_score, cfg.select, res.test_pred, res.val_pred, data, test,
+                     [{"hparams": g["hparams"], "val_score": g["val_score"]} for g in res.grid],
+                     res.info.get("wall_s", 0.0),
+                     reference_probe={k: v for k, v in res.info.items() if isinstance(v, (str, int, float, bool))})
+    return run, res.test_pred.astype(label_dtype(data.num_classes))
+
+
+def calibrate_budget(data: TrainData, test: Test, cfg: ExperimentConfig, reference: str, seed: int, log: Log,
+                     probe_cache: dict[Any, Any] | None = None) -> dict[str, Any]:
+    """The ``reach-logreg`` budget rule (protocol.md: the reference must not be under-fit; a CE probe reaches the
+    exact L2 logistic regression within 0.5 point): min_steps s = s₀, 2·s₀, 4·s₀, … (s₀: the floor rule's budget)
+    until the reference's best val score over its grid, seed ``seed``, is within :data:`EXACT_PROBE_TOLERANCE`
+    points of logreg's (C on val), or s reaches ``max_steps``. Val only: test is not looked at. The reference's
+    whole grid trains every trial (a full search, also under ``search="halving"``). Returns the record kept in
+    results.json's ``budget``: the chosen min_steps, whether logreg was reached, every trial."""
+    exact, _ = reference_probe_run(EXACT_PROBE, data, test, cfg, seed, probe_cache)
+    target = exact.val_score - EXACT_PROBE_TOLERANCE / 100
+    epochs, per_epoch = budget(len(data.y), cfg.train)
+    steps, trials = epochs * per_epoch, []
+    while True:
+        train_cfg = replace(cfg.train, min_steps=steps, search="full")
+        with progress_bar(f"budget: {reference} at {steps} steps against {EXACT_PROBE} on val",
+                          total=int(np.prod(budget(len(data.y), train_cfg))),
+                          enabled=cfg.train.progress and rank_world()[0] == 0) as bar:
+            trained = train_stack(data, expand_runs([reference], [seed], train_cfg), train_cfg, log,
+                                  description=f"budget {reference}", bar=bar)
+        val = float(select_scores(trained.predict(data.val_x), data.val_y, data.num_classes, cfg.select).max())
+        trials.append({"min_steps": steps, "reference_val": val})
+        reached = val >= target - 1e-9  # 1e-9: float noise at exactly the tolerance
+        if reached or steps >= cfg.train.max_steps:
+            break
+        steps = min(2 * steps, cfg.train.max_steps)
+    return {"rule": "reach-logreg", "min_steps": steps, "reached": bool(reached),
+            "logreg_val": float(exact.val_score), "tolerance": EXACT_PROBE_TOLERANCE,
+            "max_steps": cfg.train.max_steps, "seed": seed, "select": cfg.select, "trials": trials}
+
+
+def _grid(trained: TrainedStack, scores: np.ndarray, heads: list[int]) -> list[dict[str, Any]]:
+    """The grid points of ``heads``: hyperparameters, val score and, when there are any, the step of the kept
+    checkpoint (checkpoints rule) and the step each head stopped at (successive halving)."""
+    rows = [{"hparams": trained.specs[i].params, "val_score": float(scores[i])} for i in heads]
+    for name, steps in (("checkpoint_step", trained.checkpoint_step), ("stopped_at", trained.stopped_at)):
+        if steps is not None:
+            for row, i in zip(rows, heads):
+                row[name] = steps[i]
+    return rows
+
+
+def select_method(method: str, seed: int, trained: TrainedStack, scores: np.ndarray, val_logits: torch.Tensor,
+                  data: TrainData, test: Test, cfg: ExperimentConfig, wall_s: float
+                  ) -> tuple[RunRecord, np.ndarray, dict[str, torch.Tensor]]:
+    """The method's grid point with the best val score (first on ties; under successive halving among the heads
+    that reached the budget), scored on test with the head rebuilt alone from its parameters (the computation
+    ``mr2probe predict`` makes): its run, test predictions and parameters ("method/seed/param" → tensor)."""
+    heads = [i for i, s in enumerate(trained.specs) if s.method == method]
+    reached = [i for i in heads if trained.finished[i]]
+    best = reached[int(np.argmax(scores[reached]))]
+    state = trained.probe.select([best])
+    rebuilt = ProbeStack.from_state(cfg.train.probe, data.x.shape[1], data.num_classes, state).to(test[1].device)
+    test_pred = predict_labels(rebuilt, test[0])[0].cpu().numpy()
+    ckpt = trained.checkpoint_step is not None  # the checkpoints rule: each head holds its best checkpoint
+    run = scored_run(method, seed, trained.specs[best].params, scores[best], cfg.select, test_pred,
+                     val_logits[best].argmax(-1).cpu().numpy(), data, test, _grid(trained, scores, heads), wall_s,
+                     checkpoint_step=trained.checkpoint_step[best] if ckpt else None,
+                     checkpoint_val_scores=[float(v) for v in trained.checkpoint_scores[:, best]] if ckpt else None,
+                     info=dict(trained.info[best]))
+    params = {f"{method}/{seed}/{k}": v.cpu() for k, v in state.items()}
+    return run, test_pred.astype(label_dtype(data.num_classes)), params
+
+
+def train_seed(data: TrainData, test: Test, cfg: ExperimentConfig, seed: int, log: Log, bar: Any = None,
+               probe_cache: dict[Any, Any] | None = None
+               ) -> tuple[list[RunRecord], dict[str, np.ndarray], dict[str, torch.Tensor]]:
+    """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test
+    (:func:`select_method`); the exact probes among the methods fitted alone (:func:`reference_probe_run`).
+    Returns the runs, the test predictions and the selected heads' parameters ("method/seed/param" → tensor)."""
+    stack_methods = [m for m in cfg.methods if m not in REFERENCE_PROBES]
+    runs, preds, saved = [], {}, {}
+    for name in (m for m in cfg.methods if m in REFERENCE_PROBES):
+        run, preds[f"{name}/{seed}"] = reference_probe_run(name, data, test, cfg, seed, probe_cache)
+        runs.append(run)
+    if not stack_methods:
+        return runs, preds, saved
+    t0 = time.time()
+    trained = train_stack(data, expand_runs(stack_methods, [seed], cfg.train), cfg.train, log,
+                          description=f"sweep {len(stack_methods)} methods", bar=bar, select=cfg.select)
+    wall = time.time() - t0
+    val_logits = trained.predict(data.val_x)
+    scores = select_scores(val_logits, data.val_y, data.num_classes, cfg.select)
+    for method in stack_methods:
+        run, preds[f"{method}/{seed}"], params = select_method(method, seed, trained, scores, val_logits, data,
+                                                               test, cfg, wall)
+        runs.append(run)
+        saved.update(params)
+    return runs, preds, saved
