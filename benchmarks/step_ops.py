@@ -4,8 +4,9 @@ Counted with a ``TorchDispatchMode`` over one step of the trainer's own code (``
 ``StackedAdamW.step``), after two warm-up steps:
   ops        aten ops that run a kernel (≈ kernel launches on a GPU); views and other metadata-only ops
              (view, transpose, select, unbind, …) are listed apart, as they launch nothing
-  B/logit    bytes read and written by the ops of the loss and backward phases that touch a logit-shaped tensor
-             (≥ H·B·K/2 elements), per logit element H·B·K; the products (mm, addmm, bmm) excluded
+  B/logit    bytes read and written by the ops of the loss and backward phases whose largest tensor has the logits'
+             H·B·K elements, per logit element; the products (mm, addmm, bmm) excluded (D ≠ B, so the weights'
+             H·K·D elements are told apart)
   B/param    bytes read and written by the optimiser phase per trainable parameter
   syncs      ops that make the host wait for the device (item / bool / int reads, nonzero, unique, masked_select)
 Phases: bookkeeping (the batch's rows and labels, the divergence flag), forward (the probe), losses, backward,
@@ -14,7 +15,7 @@ optimizer. Sizes do not change the counts: K = 1000, B and D small so it runs on
 With ``--compiled`` it also compiles the whole step (forward, losses, backward, optimizer) with
 torch.compile(fullgraph=True) on this machine's backend and prints inductor's own count of the kernels it generated
 and the bytes they access (``torch._inductor.metrics``), per logit element and per parameter.
-Usage: python benchmarks/step_ops.py [--k 1000] [--batch 128] [--dim 128] [--compiled]
+Usage: python benchmarks/step_ops.py [--k 1000] [--batch 128] [--dim 96] [--compiled]
 """
 from __future__ import annotations
 
@@ -168,7 +169,7 @@ def measure(label: str, methods: list[str], head: str, adapter: str, args: argpa
     total = sum(v for p, v in by_phase.items() if p != "forward") + fwd
     logit = heads * args.batch * args.k
     logit_bytes = sum(b for p, name, b, big in mode.records
-                      if p in ("losses", "backward") and big * 2 >= logit and name not in PRODUCTS)
+                      if p in ("losses", "backward") and big == logit and name not in PRODUCTS)
     n_params = sum(p.numel() for ps, _, _ in opt.groups for p in ps)
     param_bytes = sum(b for p, _, b, _ in mode.records if p == "optimizer")
     syncs = sum(c for counter in mode.ops.values() for name, c in counter.items() if name in SYNCS)
@@ -205,7 +206,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--dim", type=int, default=96)  # ≠ batch: the weights [H, K, D] and the logits [H, B, K] differ
     ap.add_argument("--compiled", action="store_true")
     args = ap.parse_args()
     mr2.SYNC_FREE = True  # the representation term's layout of a GPU step (a CPU's ``auto`` may read the batch)
