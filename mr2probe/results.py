@@ -174,6 +174,13 @@ class RunResults:
         """How many val images selected the grid points (None when not recorded)."""
         return (self.provenance.get("splits") or {}).get("val")
 
+    def by_method(self) -> dict[str, list[RunRecord]]:
+        """Every method's runs, ordered by seed (methods in the order of their first run among them)."""
+        out: dict[str, list[RunRecord]] = {}
+        for run in sorted(self.runs, key=lambda r: r.seed):
+            out.setdefault(run.method, []).append(run)
+        return out
+
     def runs_of(self, method: str) -> list[RunRecord]:
         """The method's runs, in file order."""
         return [r for r in self.runs if r.method == method]

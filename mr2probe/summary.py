@@ -342,6 +342,61 @@ def manipulation_line(check: dict[str, dict[str, float]], reference: str, group_
 INFERRED = ["All", "Hard"] + DELTA_COLUMNS  # the columns inferred by :func:`~mr2probe.inference.two_stage`
 
 
+@dataclass
+class _Scoring:
+    """How summarize scores a replicate: the test labels ``y`` and ``predictions`` (None without them), the folds
+    shown and each replicate pair's folds, the test class counts."""
+
+    y: np.ndarray | None
+    predictions: dict[str, np.ndarray] | None
+    folds: list[Fold]
+    pair_folds: list[list[Fold]]
+    counts: np.ndarray
+    k: int
+
+    def __post_init__(self) -> None:
+        y, k = self.y, self.k
+        self.fold_counts = [np.bincount(y[f.rows], minlength=k).astype(float) for f in self.folds] \
+            if y is not None else [self.counts]
+        self.boot = Bootstrap(y, self.folds, k) if y is not None else None
+
+    def fold_list(self, i: int) -> list[Fold]:
+        return self.pair_folds[i] if i < len(self.pair_folds) else self.folds
+
+    def row(self, run: RunRecord, i: int) -> dict[str, float]:
+        """The protocol's columns for replicate i, averaged over its folds (from predictions where a fold is a
+        part of test)."""
+        fl = self.fold_list(i)
+        if len(fl) == 1:
+            return disparity_row(np.asarray(run.per_class_acc, dtype=float), fl[0].groups, self.counts)
+        pred = (self.predictions or {}).get(run.key)
+        if pred is None:
+            raise UserError(f"--groups-on crossfit needs the test predictions of every run; predictions.npz has "
+                            f"none for {run.key}")
+        rows = [disparity_row(per_class_accuracy(pred[f.rows], self.y[f.rows], self.k), f.groups, c)
+                for f, c in zip(fl, self.fold_counts)]
+        return {c: float(np.mean([r[c] for r in rows])) for c in rows[0]}
+
+    def have_preds(self, runs: list[RunRecord]) -> bool:
+        return self.y is not None and all(r.key in self.predictions for r in runs)
+
+    def draws(self, runs: list[RunRecord]) -> dict[str, np.ndarray] | None:
+        """Per column the image-bootstrap draws of every replicate, [B, R] (points), or None without predictions."""
+        if self.boot is None or not self.have_preds(runs):
+            return None
+        return self.boot.rows([self.predictions[r.key] for r in runs], self.y,
+                              [[f.groups for f in self.fold_list(i)] for i in range(len(runs))])
+
+
+def _title(results: RunResults) -> str:
+    """The table's title: encoder, dataset, head, adapter and a training profile other than the full set."""
+    title = f"{results.encoder} on {results.dataset}, {results.head} head, adapter {results.adapter}"
+    profile = results.profile
+    if profile["kind"] != "full":
+        title += f", train: {profile.get('describe', profile.get('text'))}"
+    return title
+
+
 def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.ndarray] | None = None,
               group_on: str = "val", null: bool = True, margin: float = TRAIN["equivalence_margin"].default
               ) -> Summary:
@@ -357,10 +412,7 @@ def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.nd
     the reference's seeds (:func:`seed_stability`)."""
     TRAIN["groups_on"].check_choice(group_on, "--groups-on")
     results = RunResults.coerce(results)
-    by_method: dict[str, list[RunRecord]] = {}
-    for run in sorted(results.runs, key=lambda r: r.seed):
-        by_method.setdefault(run.method, []).append(run)
-    reference = results.reference
+    by_method, reference = results.by_method(), results.reference
     if reference not in by_method:
         raise UserError(f"reference method {reference!r} is not among the runs ({', '.join(by_method)})")
     null_method = null_name(reference) if null_name(reference) in by_method else None
@@ -371,38 +423,8 @@ def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.nd
     y = predictions.get("test_labels") if predictions else None
     k = len(results.class_names)
     folds, rank_acc, pair_folds = _folds(results, ref_runs, y, predictions, reference, group_on)
-    counts = np.asarray(results.test_class_counts, dtype=float)
-    fold_counts = [np.bincount(y[f.rows], minlength=k).astype(float) for f in folds] if y is not None else [counts]
-
-    def fold_list(i: int) -> list[Fold]:
-        return pair_folds[i] if i < len(pair_folds) else folds
-
-    def row(run: RunRecord, i: int) -> dict[str, float]:
-        """The protocol's columns for replicate i, averaged over its folds (from predictions where a fold is a
-        part of test)."""
-        fl = fold_list(i)
-        if len(fl) == 1:
-            return disparity_row(np.asarray(run.per_class_acc, dtype=float), fl[0].groups, counts)
-        pred = predictions.get(run.key)
-        if pred is None:
-            raise UserError(f"--groups-on crossfit needs the test predictions of every run; predictions.npz has "
-                            f"none for {run.key}")
-        rows = [disparity_row(per_class_accuracy(pred[f.rows], y[f.rows], k), f.groups, c)
-                for f, c in zip(fl, fold_counts)]
-        return {c: float(np.mean([r[c] for r in rows])) for c in rows[0]}
-
-    def have_preds(runs: list[RunRecord]) -> bool:
-        return y is not None and all(r.key in predictions for r in runs)
-
-    boot = Bootstrap(y, folds, k) if y is not None else None
-
-    def draws(runs: list[RunRecord]) -> dict[str, np.ndarray] | None:
-        """Per column the image-bootstrap draws of every replicate, [B, R] (points), or None without predictions."""
-        if boot is None or not have_preds(runs):
-            return None
-        return boot.rows([predictions[r.key] for r in runs], y,
-                         [[f.groups for f in fold_list(i)] for i in range(len(runs))])
-
+    sc = _Scoring(y, predictions, folds, pair_folds, np.asarray(results.test_class_counts, dtype=float), k)
+    row, have_preds, draws = sc.row, sc.have_preds, sc.draws
     ref_rows = [row(r, i) for i, r in enumerate(ref_runs)]
     ref_draws = draws(ref_runs)
     ins = _Instruments(y, folds, k, list(results.class_names))
@@ -439,10 +461,7 @@ def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.nd
     check = manipulation_check(by_method, rank_acc)
     notes = group_notes(results, rank_acc, group_on) + [x for x in [manipulation_line(check, reference, group_on)]
                                                          if x]
-    title = f"{results.encoder} on {results.dataset}, {results.head} head, adapter {results.adapter}"
-    profile = results.profile
-    if profile["kind"] != "full":
-        title += f", train: {profile.get('describe', profile.get('text'))}"
+    title = _title(results)
     return Summary(list(by_method), reference, folds[0].groups, mean, std, ci, seeds, title, per_seed, accs,
                    rank_acc, list(results.class_names), group_on, folds, null_method,
                    dataset=results.dataset, encoder=results.encoder, head=str(results.head),
