@@ -192,9 +192,11 @@ def compiled(label: str, methods: list[str], head: str, adapter: str, args: argp
 
     data, probe, step, opt, heads = build(methods, head, adapter, args.k, args.batch, args.dim)
     dynamo_config.trace_autograd_ops = True
-    fn = torch.compile(lambda: one_step(data, probe, step, opt, args.batch), fullgraph=True)
+    fn = torch.compile(step.train_step, fullgraph=True, dynamic=False)  # the trainer's step (returns the loss detached)
+    idx = torch.arange(args.batch)
+    xb, yb = data.x.index_select(0, idx), data.y.index_select(0, idx)
     metrics.reset()
-    fn()
+    fn(opt, xb, yb, idx)
     kernels, nbytes = metrics.generated_kernel_count, metrics.num_bytes_accessed
     n_params = sum(p.numel() for ps, _, _ in opt.groups for p in ps)
     logit = heads * args.batch * args.k
