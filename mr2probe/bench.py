@@ -457,10 +457,11 @@ def _check_extract(suite: Suite) -> None:
 
 def entry_config(entry: RunEntry, features: Path, out: Path, progress: bool = True) -> ExperimentConfig:
     """The ``ExperimentConfig`` of one run of a suite (its [train] settings; ``episodes`` applies to the profiles
-    other than ``full``; ``groups_on`` and ``equivalence_margin`` are the report's)."""
+    other than ``full``; the report's settings, :data:`~mr2probe.settings.REPORT`, are not part of it)."""
     from .experiment import config_from_settings
+    from .settings import split_report
 
-    values = {k: v for k, v in entry.train.items() if k not in ("set", "groups_on", "equivalence_margin")}
+    values = split_report({k: v for k, v in entry.train.items() if k != "set"})[1]
     if entry.profile.strip() == "full":
         values.pop("episodes", None)
     return config_from_settings(features, out, list(entry.methods), list(entry.seeds), entry.head, entry.adapter,
@@ -572,7 +573,7 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
     report.html), then the comparisons and summary.md; the others are listed as skipped."""
     from .experiment import run_experiment
     from .report import report_run
-    from .settings import TRAIN
+    from .settings import split_report
 
     out = Path(out) if out is not None else Path("runs") / suite.name
     if suite.skipped_methods:
@@ -616,9 +617,8 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
             if rank_world()[0] != 0:
                 continue  # under torchrun rank 0 reports and writes summary.md
             # tables and the four PNGs, as `mr2probe report`; its summary has the bootstrap CIs
-            summary = report_run(run_dir, entry.train.get("groups_on", TRAIN["groups_on"].default), plots=True,
-                                 margin=entry.train.get("equivalence_margin", TRAIN["equivalence_margin"].default)
-                                 ).summary
+            report = split_report(entry.train)[0]
+            summary = report_run(run_dir, report["groups_on"], plots=True, margin=report["equivalence_margin"]).summary
         except UserError as e:
             log(f"failed {entry.title}: {e}")
             results.append(CellResult(dataset, encoder, head, "failed", str(e), run_dir, None, name))

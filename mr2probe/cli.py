@@ -15,7 +15,7 @@ import typer
 
 from .distributed import init_distributed, rank_world
 from .errors import UserError
-from .settings import TRAIN, Setting, parse_floats
+from .settings import REPORT, TABLE, Setting, parse_floats, split_report
 
 # rich_markup_mode=None: help text is shown as written ("[float16]" is a default, not a markup tag)
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -184,7 +184,7 @@ def _method_params(items: list[str]) -> dict[str, dict]:
 
 @app.command()
 @guarded("rerun the same command to resume: finished seeds are kept in OUT/parts")
-@with_settings(TRAIN)
+@with_settings(TABLE)
 def train(
     ctx: typer.Context,
     features: Optional[Path] = typer.Option(None, "--features", "-f", help="Feature file (.h5). Default: the "
@@ -207,7 +207,7 @@ def train(
                                           "1e-2], plus set = {mr2 = {p = 2}}); flags given on the command line win."),
     print_config: bool = typer.Option(False, "--print-config", help="Print the [train] table this command would "
                                       "run with (file, flags and defaults merged) and exit without training."),
-    settings: dict = None,  # the options of mr2probe.settings.TRAIN (--epochs, --lr, --no-null, ...)
+    settings: dict = None,  # the options of mr2probe.settings.TRAIN and REPORT (--epochs, --lr, --no-null, ...)
 ) -> None:
     """Train probes with the chosen methods and seeds on cached features; writes results.json and the table
     (under `torchrun --nproc_per_node=N -m mr2probe train ...` the seed stacks are spread over N processes)."""
@@ -229,7 +229,7 @@ def train(
         typer.echo(f"--methods all: skipping {', '.join(skipped)} (needs --adapter linear or mlp)", err=True)
     if seeds < 1:
         raise UserError(f"--seeds must be ≥ 1, got {seeds}")
-    groups_on, margin = settings.pop("groups_on"), settings.pop("equivalence_margin")
+    report, settings = split_report(settings)
     cfg = config_from_settings(features, out, names, list(range(seeds)), head, adapter, settings,
                                params, train_profile, progress=not quiet)
     cfg.check()  # bad input refused before anything is said or written
@@ -245,7 +245,8 @@ def train(
     # a finished folder that already held these results is kept as it is; only its tables are rendered again
     kept = before is not None and before == _mtime(out / "results.json")
     gone = [] if kept else clear_rendered(out)  # plots and report.html of the folder's earlier results
-    typer.echo(terminal_table(report_run(out, groups_on, margin=margin).summary, wide=wide))
+    summary = report_run(out, report["groups_on"], margin=report["equivalence_margin"]).summary
+    typer.echo(terminal_table(summary, wide=wide))
     tables = "table.md (every column), table.csv, table.tex, summary.json, metrics.csv, per_class.csv"
     typer.echo(f"kept {out}/results.json (it already held these results); rendered {tables}" if kept
                else f"wrote {out}/results.json, {tables}")
@@ -289,9 +290,9 @@ def default_features() -> Path:
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run folder(s) holding results.json; each folder is one "
                                           "(encoder, dataset, head) setting."),
-    groups_on: str = typer.Option(TRAIN["groups_on"].default, "--groups-on", help=TRAIN["groups_on"].help),
-    equivalence_margin: float = typer.Option(TRAIN["equivalence_margin"].default, "--equivalence-margin",
-                                             help=TRAIN["equivalence_margin"].help),
+    groups_on: str = typer.Option(REPORT["groups_on"].default, "--groups-on", help=REPORT["groups_on"].help),
+    equivalence_margin: float = typer.Option(REPORT["equivalence_margin"].default, "--equivalence-margin",
+                                             help=REPORT["equivalence_margin"].help),
     no_null: bool = typer.Option(False, "--no-null", help="Leave the null control's rows out of the tables."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Where the Δ summary across runs (ΔHard, ΔEasy, "
                                            "ΔAll of each method vs the reference, per run and averaged) goes: "
@@ -310,7 +311,7 @@ def report(
     variability.png and tradeoff.png; with several run folders also a Δ summary across them."""
     from .report import run_report
 
-    margin = TRAIN["equivalence_margin"].check_value(equivalence_margin, "--equivalence-margin")
+    margin = REPORT["equivalence_margin"].check_value(equivalence_margin, "--equivalence-margin")
     typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null, margin=margin,
                           wide=wide))
 

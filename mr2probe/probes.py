@@ -44,9 +44,10 @@ import torch
 from .errors import UserError
 from .metrics import per_class_accuracy
 from .registry import Registry
+from .settings import TRAIN
 
 REFERENCE_PROBES = ("logreg", "knn")
-SELECT = ("acc", "macc")
+SELECT = TRAIN["select"].choices  # the val scores a grid point is selected on
 DEFAULT_CS: tuple[float, ...] = tuple(float(c) for c in np.logspace(-4, 2, 13))
 DEFAULT_KS: tuple[int, ...] = (10, 20, 50, 100, 200)
 DEFAULT_TEMPERATURE = 0.07

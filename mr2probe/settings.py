@@ -8,6 +8,10 @@ config_from_settings`` turns values into an ``ExperimentConfig`` for both, and `
 estimators' ``__init__`` from the settings they take (with their own defaults where the estimator's protocol
 differs: it converges like ``LogisticRegression`` on a hold-out of the data it is given).
 
+The report's settings (how the tables are read: ``groups_on``, ``equivalence_margin``) are :data:`REPORT`: flags
+of ``train`` and ``report`` and keys of a suite's ``[train]`` table like the training settings, but no part of a
+run's config.
+
 Kinds: ``int``, ``float``, ``bool``, ``str``, ``floats`` (a grid: one number or several; on the CLI comma-separated,
 in a suite a number or a list), ``size`` (bytes, ``"512MB"``, ``"8GiB"``, ``"auto"``), ``device`` (a torch device
 or None = cuda if available).
@@ -145,18 +149,13 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
     Setting("scale", "floats", (8.0, 16.0, 32.0, 64.0, 128.0, 256.0), "Cosine-head scale grid s, selected on val "
             "for every method alike; one value fixes it.", estimator=16.0),
     Setting("learn_scale", "bool", False, "Make the cosine scale trainable (from each grid value)."),
-    Setting("select", "str", "acc", "Val score of the grid: acc (overall) or macc (mean per-class)."),
+    Setting("select", "str", "acc", "Val score of the grid: acc (overall) or macc (mean per-class).",
+            choices=("acc", "macc")),
     Setting("val_fraction", "float", 0.1, "Stratified hold-out of train when the file has no val split (the "
             "estimators: the hold-out that chooses the grid point).", estimator=0.2),
     Setting("reference", "str", "ce", "Method that defines the hard / medium / easy groups and the Δ columns."),
     Setting("null", "bool", True, "Train the null control: the reference again on seeds N..2N-1, scored like a "
             "method."),
-    Setting("groups_on", "str", "val", "Rank the groups on val, leaving each replicate out of its own "
-            "ranking (default), val-pooled (all replicates), crossfit (halves of test, swapped) or test (biased; as "
-            "many papers do).", choices=tuple(GROUPS_ON)),
-    Setting("equivalence_margin", "float", 1.0, "Equivalence margin m of the tables' verdicts, in points: a method "
-            "is 'equivalent' to the reference when the TOST at ±m rejects (its 90% CI inside ±m) and the difference "
-            "is not significant.", above=0.0),
     Setting("episodes", "int", 1, "Seeded draws of a training profile, averaged like seeds (e.g. --train-profile "
             "shots:5 --episodes 5)."),
     Setting("profile_seed", "int", 0, "Seed of the training profile's class order and draws."),
@@ -174,13 +173,26 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
 ]}
 
 
+REPORT: dict[str, Setting] = {s.name: s for s in [
+    Setting("groups_on", "str", "val", "Rank the groups on val, leaving each replicate out of its own "
+            "ranking (default), val-pooled (all replicates), crossfit (halves of test, swapped) or test (biased; as "
+            "many papers do).", choices=tuple(GROUPS_ON)),
+    Setting("equivalence_margin", "float", 1.0, "Equivalence margin m of the tables' verdicts, in points: a method "
+            "is 'equivalent' to the reference when the TOST at ±m rejects (its 90% CI inside ±m) and the difference "
+            "is not significant.", above=0.0),
+]}
+"""The report's settings: flags of ``train`` and ``report``, keys of a suite's ``[train]`` table beside the training
+settings; how the tables are read, not part of a run's config (:func:`split_report`)."""
+TABLE = {**TRAIN, **REPORT}  # the settings a suite's [train] table, --config and the train flags hold
+
+
 def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A suite's ``[train]`` table: every key a :data:`TRAIN` setting (or one of ``extra``: name → python type),
-    every value of its kind; returns the values converted (grids as tuples)."""
+    """A suite's ``[train]`` table: every key a :data:`TRAIN` or :data:`REPORT` setting (or one of ``extra``: name
+    → python type), every value of its kind; returns the values converted (grids as tuples)."""
     extra = extra or {}
-    unknown = sorted(set(values) - set(TRAIN) - set(extra))
+    unknown = sorted(set(values) - set(TABLE) - set(extra))
     if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted([*TRAIN, *extra]))}")
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted([*TABLE, *extra]))}")
     out = {}
     for key, value in values.items():
         if key in extra:
@@ -188,8 +200,14 @@ def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None
                 raise UserError(f"{where}: {key} has the wrong type ({value!r})")
             out[key] = value
         else:
-            out[key] = TRAIN[key].check(value, where)
+            out[key] = TABLE[key].check(value, where)
     return out
+
+
+def split_report(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(every :data:`REPORT` setting: the given value, else its default; the other values)."""
+    report = {name: values.get(name, s.default) for name, s in REPORT.items()}
+    return report, {k: v for k, v in values.items() if k not in REPORT}
 
 
 def resolved(values: dict[str, Any]) -> dict[str, Any]:

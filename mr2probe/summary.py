@@ -24,7 +24,7 @@ from .metrics import (COLUMNS, DELTA_COLUMNS, DELTA_OF, INSTRUMENT_COLUMNS, SIG_
                       jaccard_matrix, mean_pairwise_jaccard, null_name, per_class_accuracy, per_class_paired_test,
                       precision_per_class, prediction_rate, stratified_halves)
 from .results import Budget, RunRecord, RunResults
-from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, TRAIN
+from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, REPORT
 
 LOWER_IS_BETTER = frozenset({"Std", "Gap", "ΔGap"})
 HIGHER_IS_BETTER = frozenset(set(COLUMNS + DELTA_COLUMNS) - LOWER_IS_BETTER) | {"HardPrec"}
@@ -398,7 +398,7 @@ def _title(results: RunResults) -> str:
 
 
 def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.ndarray] | None = None,
-              group_on: str = "val", null: bool = True, margin: float = TRAIN["equivalence_margin"].default
+              group_on: str = "val", null: bool = True, margin: float = REPORT["equivalence_margin"].default
               ) -> Summary:
     """Groups from the reference (``group_on``, :data:`GROUPS_ON`; under ``val`` each replicate pair is scored with
     groups ranked without it), then every column per method: mean and sample SD (ddof = 1) over replicates, Δ to
@@ -410,7 +410,7 @@ def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.nd
     per seed like the other columns, per-class precision and prediction rate, the hard classes' top confusions,
     per-class paired tests against the reference with BH q-values; with or without them the hard-set stability over
     the reference's seeds (:func:`seed_stability`)."""
-    TRAIN["groups_on"].check_choice(group_on, "--groups-on")
+    REPORT["groups_on"].check_choice(group_on, "--groups-on")
     results = RunResults.coerce(results)
     by_method, reference = results.by_method(), results.reference
     if reference not in by_method:
