@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_flatten
 from mr2probe.heads import ProbeConfig, ProbeStack
 from mr2probe.methods import METHODS, mr2
 from mr2probe.optim import StackedAdamW
-from mr2probe.trainer import StackStep, TrainConfig, TrainData, build_methods, expand_runs
+from mr2probe.trainer import StackStep, StackTraining, TrainConfig, TrainData, expand_runs
 
 PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
 SYNCS = {"_local_scalar_dense", "nonzero", "unique_consecutive", "_unique2", "unique_dim", "masked_select",
@@ -108,8 +108,8 @@ def _traffic(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[int, int]:
 
 def build(methods: list[str], head: str, adapter: str, k: int, batch: int, dim: int,
           device: torch.device | str = "cpu"):
-    """A stack of ``methods`` × their grids (one seed) on synthetic data, its step and optimiser, as the trainer
-    builds them: (data, probe, step, optimiser, heads)."""
+    """A stack of ``methods`` × their grids (one seed) on synthetic data, set up as the trainer does it
+    (:class:`~mr2probe.trainer.StackTraining`), brought to its second epoch: (data, probe, step, optimiser, heads)."""
     g = torch.Generator().manual_seed(0)
     n = max(4 * batch, 2 * k)
     y = (torch.arange(n) % k).to(device)
@@ -117,18 +117,9 @@ def build(methods: list[str], head: str, adapter: str, k: int, batch: int, dim: 
     data = TrainData(x, y, x[:batch], y[:batch], k)
     cfg = TrainConfig(batch_size=batch, progress=False, probe=ProbeConfig(head=head, adapter=adapter, width=dim))
     specs = sorted(expand_runs(methods, [0], cfg), key=lambda s: s.method)
-    probe = ProbeStack(cfg.probe, dim, k, [s.seed for s in specs], [s.params.get("scale", 16.0) for s in specs],
-                       device=device).to(device)
-    built = build_methods(data, specs, cfg, probe, epochs=3, log=lambda m: None)
-    for m, v in built:
-        m.on_epoch_start(1)
-    detach = torch.tensor([type(m).detach_head_input for m, v in built for _ in range(v.h)], device=device)
-    step = StackStep(probe, built, k, detach if bool(detach.any()) else None, None)
-    lr = torch.tensor([s.params["lr"] for s in specs], device=device)
-    wd = torch.tensor([s.params["weight_decay"] for s in specs], device=device)
-    groups = [(list(probe.parameters()), lr, wd)] + [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in built]
-    opt = StackedAdamW(groups, total_steps=100)
-    return data, probe, step, opt, len(specs)
+    run = StackTraining(data, specs, cfg, lambda m: None, 3, "step_ops", "acc")
+    run.start_epoch(1)  # LDAM's and CDB's epoch-dependent weights
+    return data, run.probe, run.step_loss, run.opt, len(specs)
 
 
 def one_step(data: TrainData, probe: ProbeStack, step: StackStep, opt: StackedAdamW, batch: int,

@@ -665,7 +665,7 @@ class _Schedule:
         return sorted(set(restarts)) + [self.epochs * self.steps_per_epoch]
 
 
-class _StackTraining:
+class StackTraining:
     """One stack's training, in named phases: :meth:`set_up` (the probe, the methods, the optimiser, the step),
     :meth:`start_epoch`, :meth:`step` (one batch), :meth:`end_epoch` (divergence check, checkpoint, rung) and
     :meth:`finish` (the trained stack: as trained, in each head's best checkpoint, or as cut by halving)."""
@@ -778,7 +778,7 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
 
     Successive halving (``search="halving"``, no ``epochs`` given): after the step of each rung (after the
     checkpoint where both fall on one step) the stack is cut to each method's best heads on val (:class:`_Halving`)."""
-    run = _StackTraining(data, specs, cfg, log, epochs, description, select)
+    run = StackTraining(data, specs, cfg, log, epochs, description, select)
     sched = run.schedule
     own = progress_bar(f"{description} seed {run.seed}: {len(specs)} heads", total=sched.total,
                        enabled=cfg.progress and bar is None)

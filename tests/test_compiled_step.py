@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch._dynamo as dynamo
 
-from mr2probe.heads import ProbeConfig, ProbeStack
+from mr2probe.heads import ProbeConfig
 from mr2probe.methods import METHODS
-from mr2probe.optim import StackedAdamW
-from mr2probe.trainer import StackStep, TrainConfig, TrainData, build_methods, expand_runs, train_stack
+from mr2probe.trainer import StackTraining, TrainConfig, TrainData, expand_runs, train_stack
 
 K, D, B = 6, 5, 8
 NO_ADAPTER = [n for n in METHODS.names() if not METHODS.get(n).needs_adapter]
@@ -25,18 +24,10 @@ def build(methods: list[str], head: str, adapter: str, device: str = "cpu"):
     x = (torch.randn(48, D, generator=g).to(device) + y[:, None])
     data = TrainData(x, y, x[:12], y[:12], K)
     cfg = TrainConfig(batch_size=B, progress=False, probe=ProbeConfig(head=head, adapter=adapter, width=4))
-    specs = sorted(expand_runs(methods, [0], cfg), key=lambda s: s.method)
-    probe = ProbeStack(cfg.probe, D, K, [s.seed for s in specs], [s.params.get("scale", 16.0) for s in specs],
-                       device=device).to(device)
-    built = build_methods(data, specs, cfg, probe, epochs=3, log=lambda m: None)
-    for m, v in built:
-        m.on_epoch_start(1)
-    detach = torch.tensor([type(m).detach_head_input for m, v in built for _ in range(v.h)], device=device)
-    step = StackStep(probe, built, K, detach if bool(detach.any()) else None, None)
-    lr = torch.tensor([s.params["lr"] for s in specs], device=device)
-    wd = torch.tensor([s.params["weight_decay"] for s in specs], device=device)
-    groups = [(list(probe.parameters()), lr, wd)] + [(m.extra_parameters(), lr[v.g], wd[v.g]) for m, v in built]
-    return data, probe, step, StackedAdamW(groups, total_steps=50)
+    run = StackTraining(data, sorted(expand_runs(methods, [0], cfg), key=lambda s: s.method), cfg, lambda m: None,
+                        3, "test", "acc")
+    run.start_epoch(1)
+    return data, run.probe, run.step_loss, run.opt
 
 
 def batches(data: TrainData, n: int):
