@@ -526,17 +526,24 @@ class StackStep:
         return found
 
 
+COMPILE_ERRORS = (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.Unsupported,
+                  torch._dynamo.exc.InternalTorchDynamoError)  # raised while compiling, before the step runs
+
+
 def compile_on(cfg: TrainConfig, device: torch.device) -> bool:
     """Whether the step is compiled: ``compile`` on, or auto on a GPU."""
     return cfg.compile == "on" or (cfg.compile == "auto" and device.type == "cuda")
 
 
-def step_runner(step: StackStep, opt: StackedAdamW, cfg: TrainConfig, device: torch.device
+def step_runner(step: StackStep, opt: StackedAdamW, cfg: TrainConfig, device: torch.device,
+                log: Callable[[str], None] = lambda m: None
                 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The training step to call per batch, (features, labels, positions) → loss: eager, or (:func:`compile_on`)
     the whole step compiled with ``torch.compile(fullgraph=True)``, and on a GPU with ``cuda_graph`` captured as CUDA
     graphs and replayed (torch.compile's reduce-overhead mode, the step's state marked as static addresses).
-    Shapes are static: the last, smaller batch of an epoch and each halving cut compile once more."""
+    Shapes are static: the last, smaller batch of an epoch and each halving cut compile once more. Where the compiler
+    fails on a graph (compilation happens before the step runs: nothing has moved), the stack says so once in the log
+    and goes on eagerly."""
     def eager(xb: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         return step.train_step(opt, xb, yb, idx)
 
@@ -551,11 +558,20 @@ def step_runner(step: StackStep, opt: StackedAdamW, cfg: TrainConfig, device: to
             for t in step.state_tensors(opt):
                 torch._dynamo.mark_static_address(t)
             marked[:] = [id(step.tables)]
+        if failed:
+            return eager(xb, yb, idx)
         # every stack (seed, chunk, auxiliary stage) is a graph of its own for the one step function: no limit on them
-        with torch._dynamo.config.patch(trace_autograd_ops=True, recompile_limit=1 << 16,
-                                        accumulated_recompile_limit=1 << 16):
-            return compiled(xb, yb, idx)
+        try:
+            with torch._dynamo.config.patch(trace_autograd_ops=True, recompile_limit=1 << 16,
+                                            accumulated_recompile_limit=1 << 16):
+                return compiled(xb, yb, idx)
+        except COMPILE_ERRORS as e:
+            failed.append(e)
+            log(f"the compiler failed on this stack's step ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+                "it trains eagerly (--compile off skips compiling)")
+            return eager(xb, yb, idx)
 
+    failed: list[Exception] = []
     return run
 
 
@@ -695,7 +711,7 @@ class StackTraining:
         self.step_loss = StackStep(self.probe, self.methods, data.num_classes,
                                    detach if any(type(m).detach_head_input for m, _ in self.methods) else None,
                                    l2 if any(s.params.get("l2", 0.0) for s in specs) else None)
-        self.train_step = step_runner(self.step_loss, self.opt, cfg, dev)
+        self.train_step = step_runner(self.step_loss, self.opt, cfg, dev, self.log)
         self.gen = torch.Generator(device="cpu").manual_seed(self.seed)
         self.info: list[dict[str, Any]] = [{} for _ in specs]
         self.keeper = _BestState(self.probe, data, self.select, self.methods, self.info) \

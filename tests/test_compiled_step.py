@@ -105,3 +105,23 @@ def test_on_a_gpu_the_captured_step_ends_with_the_eager_heads() -> None:
     graphed = train_stack(copy.copy(data), specs, replace(cfg, compile="on", cuda_graph=True))
     for k, v in eager.probe.state_dict().items():
         torch.testing.assert_close(graphed.probe.state_dict()[k], v, rtol=1e-4, atol=1e-5)
+
+
+def test_a_step_the_compiler_fails_on_trains_eagerly_and_says_so(monkeypatch) -> None:
+    """Compilation happens before the step runs: where it fails, the stack logs one line and trains eagerly, to the
+    same heads as ``compile=off``."""
+    def failing(fn, **kwargs):
+        def run(*args):
+            raise dynamo.exc.InternalTorchDynamoError("the compiler failed here")
+        return run
+
+    data, *_ = build(["ce", "group_dro"], "linear", "none")
+    cfg = TrainConfig(epochs=1, batch_size=10, min_steps=0, progress=False, lrs=(1e-2,), weight_decays=(1e-4,))
+    specs = expand_runs(["ce", "group_dro"], [0], cfg)
+    eager = train_stack(data, specs, cfg)
+    monkeypatch.setattr(torch, "compile", failing)
+    said: list[str] = []
+    fell_back = train_stack(data, specs, replace(cfg, compile="on"), log=said.append)
+    assert len([m for m in said if "compiler failed" in m]) == 1
+    for k, v in eager.probe.state_dict().items():
+        assert torch.equal(fell_back.probe.state_dict()[k], v)
