@@ -9,13 +9,15 @@ import pandas as pd
 
 CSV_SYMBOLS = {"Δ": "delta_", "↑": "_up", "↓": "_down", "/": "_", " ": "_", "%": "pct"}
 CSV_BASES = ["All", "mAcc", "Easy", "Medium", "Hard", "Worst", "Worst10", "Std", "Gap", "ΔHard", "ΔEasy", "ΔAll",
-             "ΔWorst", "ΔGap", "HardPrec", "HardRate", "Sig↑", "Sig↓"]  # the table's labels that the CSVs rename
+             "ΔWorst", "ΔGap", "HardPrec", "HardRate", "Sig↑", "Sig↓", "Top5",
+             "BalancedAcc"]  # the table's labels that the CSVs rename
 
 
 def csv_name(label: str) -> str:
     """The ASCII snake_case CSV name of a table label: Δ → ``delta_``, ↑ / ↓ → ``_up`` / ``_down``, CamelCase →
     snake_case, any other character ``_``, lower case (``ΔHard_ci_lo`` → ``delta_hard_ci_lo``, ``Sig↑`` →
-    ``sig_up``, ``HardPrec_sd`` → ``hard_prec_sd``, ``mAcc`` → ``m_acc``)."""
+    ``sig_up``, ``HardPrec_sd`` → ``hard_prec_sd``, ``mAcc`` → ``m_acc``, ``Top5`` → ``top5``, ``BalancedAcc`` →
+    ``balanced_acc``)."""
     text = re.sub(r"[^A-Za-z0-9_]+", "_", "".join(CSV_SYMBOLS.get(ch, ch) for ch in label))
     text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text).lower()
     return re.sub(r"_+", "_", text).strip("_")

@@ -38,11 +38,12 @@ LEGACY_TRAIN_DEFAULTS = {"search": "full", "budget_rule": "floor"}  # what a run
 class RunRecord:
     """One run of the table: ``method`` on ``seed`` (and training-profile ``episode``) with the grid point
     selected on val (``hparams``, its ``val_score`` under ``select``), scored once on test (``test_acc``,
-    ``per_class_acc``); ``grid``: every grid point, one dict per point (``hparams``, ``val_score``, and under the
-    checkpoints rule / successive halving ``checkpoint_step`` / ``stopped_at``). ``checkpoint_step`` /
-    ``checkpoint_val_scores``: the selected head's checkpoint under the checkpoints rule; ``reference_probe``:
-    an exact probe's fit details; ``info``: what the method records of itself (MR2: ``margins``,
-    ``variability``, ``s_bar``)."""
+    ``per_class_acc``; ``test_top5_acc``: the share of test images whose class is among the head's 5 largest
+    logits, None for the exact probes and runs made before it was stored); ``grid``: every grid point, one dict
+    per point (``hparams``, ``val_score``, and under the checkpoints rule / successive halving ``checkpoint_step``
+    / ``stopped_at``). ``checkpoint_step`` / ``checkpoint_val_scores``: the selected head's checkpoint under the
+    checkpoints rule; ``reference_probe``: an exact probe's fit details; ``info``: what the method records of
+    itself (MR2: ``margins``, ``variability``, ``s_bar``)."""
 
     method: str
     seed: int
@@ -51,6 +52,7 @@ class RunRecord:
     val_score: float | None = None
     select: str | None = None
     test_acc: float | None = None
+    test_top5_acc: float | None = None
     val_per_class_acc: list[float] | None = None
     grid: list[dict[str, Any]] = field(default_factory=list)
     episode: int = 0
@@ -87,7 +89,8 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         """The run as results.json holds it: the grid as columns, absent (None) optional fields left out."""
         d = {"method": self.method, "seed": self.seed, "hparams": self.hparams, "val_score": self.val_score,
-             "select": self.select, "test_acc": self.test_acc, "per_class_acc": self.per_class_acc,
+             "select": self.select, "test_acc": self.test_acc,
+             "test_top5_acc": self.test_top5_acc, "per_class_acc": self.per_class_acc,
              "val_per_class_acc": self.val_per_class_acc, "grid": grid_columns(self.grid),
              "checkpoint_step": self.checkpoint_step, "checkpoint_val_scores": self.checkpoint_val_scores,
              "stack_wall_time_s": self.stack_wall_time_s, "reference_probe": self.reference_probe}

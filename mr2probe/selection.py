@@ -35,6 +35,23 @@ def predict_labels(probe: ProbeStack, x: Features) -> torch.Tensor:
         return torch.cat([probe(x[i:i + c])[1].argmax(-1) for i in range(0, len(x), c)], 1)
 
 
+TOP_K = 5  # the top-k accuracy stored per run (``RunRecord.test_top5_acc``)
+
+
+def predict_with_top_k(probe: ProbeStack, x: Features, y: torch.Tensor, k: int = TOP_K
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """argmax of every head's logits on ``x`` ([H, N], as :func:`predict_labels`) and every head's top-k
+    accuracy ([H]): mean over images of [y_i among the min(k, K) largest logits of image i]; in chunks."""
+    c, preds, hits = chunk_rows(x), [], 0
+    with torch.no_grad():
+        for i in range(0, len(x), c):
+            logits = probe(x[i:i + c])[1]
+            preds.append(logits.argmax(-1))
+            top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices  # [H, n, k]
+            hits = hits + (top == y[i:i + c].to(top.device)[None, :, None]).any(-1).sum(1)
+    return torch.cat(preds, 1), hits / max(len(x), 1)
+
+
 def label_dtype(num_classes: int) -> type:
     """The integer type test predictions are stored in."""
     return np.int16 if num_classes < 32000 else np.int32
@@ -42,12 +59,13 @@ def label_dtype(num_classes: int) -> type:
 
 def scored_run(method: str, seed: int, hparams: dict[str, Any], val_score: float, select: str,
                test_pred: np.ndarray, val_pred: np.ndarray, data: TrainData, test: Test,
-               grid: list[dict[str, Any]], wall_s: float, **extra: Any) -> RunRecord:
+               grid: list[dict[str, Any]], wall_s: float, top5: float | None = None, **extra: Any) -> RunRecord:
     """The run record of a selected grid point: test accuracy, per-class accuracy on test and val (from the
-    predictions), its grid, the stack's wall time; ``extra``: the other :class:`RunRecord` fields."""
+    predictions), its top-5 accuracy ``top5`` when known, its grid, the stack's wall time; ``extra``: the other
+    :class:`RunRecord` fields."""
     yt, yv, k = test[1].cpu().numpy(), data.val_y.cpu().numpy(), data.num_classes
     return RunRecord(method=method, seed=seed, hparams=hparams, val_score=float(val_score), select=select,
-                     test_acc=float((test_pred == yt).mean()),
+                     test_acc=float((test_pred == yt).mean()), test_top5_acc=None if top5 is None else float(top5),
                      per_class_acc=per_class_accuracy(test_pred, yt, k).tolist(),
                      val_per_class_acc=per_class_accuracy(val_pred, yv, k).tolist(), grid=grid,
                      stack_wall_time_s=round(float(wall_s), 2), **extra)
@@ -125,10 +143,11 @@ def select_method(method: str, seed: int, trained: TrainedStack, scores: np.ndar
     best = reached[int(np.argmax(scores[reached]))]
     state = trained.probe.select([best])
     rebuilt = ProbeStack.from_state(cfg.train.probe, data.x.shape[1], data.num_classes, state).to(test[1].device)
-    test_pred = predict_labels(rebuilt, test[0])[0].cpu().numpy()
+    test_pred, top5 = (t[0].cpu().numpy() for t in predict_with_top_k(rebuilt, test[0], test[1]))
     ckpt = trained.checkpoint_step is not None  # the checkpoints rule: each head holds its best checkpoint
     run = scored_run(method, seed, trained.specs[best].params, scores[best], cfg.select, test_pred,
                      val_logits[best].argmax(-1).cpu().numpy(), data, test, _grid(trained, scores, heads), wall_s,
+                     top5=float(top5),
                      checkpoint_step=trained.checkpoint_step[best] if ckpt else None,
                      checkpoint_val_scores=[float(v) for v in trained.checkpoint_scores[:, best]] if ckpt else None,
                      info=dict(trained.info[best]))

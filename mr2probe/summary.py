@@ -27,7 +27,8 @@ from .results import Budget, RunRecord, RunResults
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, REPORT
 
 LOWER_IS_BETTER = frozenset({"Std", "Gap", "ΔGap"})
-HIGHER_IS_BETTER = frozenset(set(COLUMNS + DELTA_COLUMNS) - LOWER_IS_BETTER) | {"HardPrec"}
+EXTRA_COLUMNS = ["Top5", "BalancedAcc"]  # per replicate, over all of test: :func:`extra_columns`
+HIGHER_IS_BETTER = frozenset(set(COLUMNS + DELTA_COLUMNS + EXTRA_COLUMNS) - LOWER_IS_BETTER) | {"HardPrec"}
 CI_NAMES = ["All", "Hard"] + DELTA_COLUMNS  # the columns with a CI (``Summary.ci``, :mod:`~mr2probe.inference`)
 SIG_Q = 0.05  # q-value threshold of the Sig↑/↓ counts
 TOP_CONFUSIONS = 3
@@ -150,6 +151,11 @@ class Summary:
                 "grid_edges": self.grid_edges, "reference_check": self.reference_check,
                 "instruments": self.instruments_dict()}
 
+    def extra_columns(self) -> list[str]:
+        """The columns of :data:`EXTRA_COLUMNS` that some method has (Top5: not for runs made before it was
+        stored)."""
+        return [c for c in EXTRA_COLUMNS if any(c in self.mean[m] for m in self.methods)]
+
     def numeric_columns(self) -> list[str]:
         """The mean ± SD columns: the protocol's, the Δs, and the instruments this run has (HardPrec, HardRate)."""
         return COLUMNS + DELTA_COLUMNS + [c for c in self.instrument_columns() if c != SIG_COLUMN]
@@ -157,9 +163,10 @@ class Summary:
     def frame(self) -> pd.DataFrame:
         """The table as numbers, one row per method (index ``method``): every column's seed mean (%), then
         ``<col>_sd`` (sample SD; NaN for one seed), ``seeds``, ``groups_on``, with the per-class test ``Sig↑`` /
-        ``Sig↓`` (counts; empty for the reference), with CIs ``<col>_ci_lo`` / ``_hi``. A method without test
-        predictions has NaN instrument cells. Every writer (CSV, the markdown/LaTeX/HTML tables, the cross-run
-        summary, ``mr2probe.summarize``) starts from this frame."""
+        ``Sig↓`` (counts; empty for the reference), with CIs ``<col>_ci_lo`` / ``_hi``; last (after the
+        columns of earlier versions) ``Top5`` / ``BalancedAcc`` and their ``_sd`` (:meth:`extra_columns`). A method
+        without test predictions has NaN instrument cells. Every writer (CSV, the markdown/LaTeX/HTML tables, the
+        cross-run summary, ``mr2probe.summarize``) starts from this frame."""
         cols = self.numeric_columns()
         idx = pd.Index(self.methods, name="method")
         df = pd.DataFrame([self.mean[m] for m in self.methods], index=idx).reindex(columns=cols)
@@ -184,6 +191,9 @@ class Summary:
         df["identical"] = [self.identical.get(m, False) for m in self.methods]
         for key in ("margin_spread", "premise_r"):
             df[key] = [self.manipulation.get(m, {}).get(key, np.nan) for m in self.methods]
+        for c in self.extra_columns():  # last, after every column of earlier tables: Top5, BalancedAcc and SDs
+            df[c] = [self.mean[m].get(c, np.nan) for m in self.methods]
+            df[f"{c}_sd"] = [self.std[m].get(c, np.nan) for m in self.methods]
         return df
 
     def best(self, col: str) -> set[str]:
@@ -210,6 +220,17 @@ def best_of(values: dict[str, float], col: str) -> set[str]:
         return set()
     target = (min if col in LOWER_IS_BETTER else max)(shown.values())
     return {m for m, v in shown.items() if v == target}
+
+
+def extra_columns(runs: list[RunRecord]) -> dict[str, np.ndarray]:
+    """Per replicate (%), over the whole test set: ``BalancedAcc`` = mean_k acc_k over the classes with test
+    images (mean per-class recall, sklearn's ``balanced_accuracy_score``), and, where some replicate stored it,
+    ``Top5`` = share of test images whose class is among the head's 5 largest logits (NaN for a replicate
+    without it)."""
+    acc = np.array([r.per_class_acc for r in runs], dtype=float)
+    out = {"BalancedAcc": 100 * np.nanmean(acc, axis=1)}
+    top5 = np.array([np.nan if r.test_top5_acc is None else r.test_top5_acc for r in runs], dtype=float)
+    return out | ({"Top5": 100 * top5} if np.isfinite(top5).any() else {})
 
 
 def _replicate_clusters(runs: list[RunRecord]) -> np.ndarray:
@@ -262,23 +283,26 @@ def tiebreak_score(results: RunResults) -> np.ndarray | None:
 
 
 SMALL_VAL_CLASS = 20  # [choice] a class with fewer val images than this ranks its group on too little
+MAX_DENOMINATOR = 1_000_000  # a least common denominator of val accuracies above this is no count
 
 
 def val_class_sizes(results: RunResults) -> np.ndarray:
     """Per class, how many val images there are, as far as results.json tells (it stores no val counts): the
     largest of (a) the least common denominator of the class's val accuracies over every run (a count that all of
     them are fractions of; a lower bound) and (b) the val split's size × the class's share of test (the split is
-    stratified). NaN where neither is known."""
+    stratified). NaN where neither is known (a common denominator past a million: accuracies that are not fractions
+    of a small count tell nothing)."""
     k = len(results.class_names)
-    dens = np.ones(k, dtype=np.int64)
+    common = [1] * k
     for r in results.runs:
         for i, a in enumerate(r.val_per_class_acc or []):
-            if a is not None and np.isfinite(a):
-                dens[i] = math.lcm(int(dens[i]), Fraction(float(a)).limit_denominator(100_000).denominator)
+            if a is not None and np.isfinite(a) and common[i] <= MAX_DENOMINATOR:
+                common[i] = math.lcm(common[i], Fraction(float(a)).limit_denominator(100_000).denominator)
+    dens = np.array([c if c <= MAX_DENOMINATOR else np.nan for c in common], dtype=float)
     test = np.asarray(results.test_class_counts, dtype=float)
     n_val = results.val_size
     share = np.round(n_val * test / test.sum()) if n_val else np.full(k, np.nan)
-    return np.fmax(dens.astype(float), share) if n_val else dens.astype(float)
+    return np.fmax(dens, share) if n_val else dens
 
 
 def group_notes(results: RunResults, rank: np.ndarray, group_on: str) -> list[str]:
@@ -434,7 +458,7 @@ def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.nd
     for method, runs in by_method.items():
         accs[method] = np.array([r.per_class_acc for r in runs], dtype=float)
         rows = [row(r, i) for i, r in enumerate(runs)]
-        cols = {c: np.array([rw[c] for rw in rows]) for c in COLUMNS}
+        cols = {c: np.array([rw[c] for rw in rows]) for c in COLUMNS} | extra_columns(runs)
         n = min(len(rows), len(ref_rows))
         for d, c in DELTA_OF.items():
             cols[d] = np.array([rw[c] - ref_rows[i][c] if i < n else np.nan for i, rw in enumerate(rows)])
