@@ -15,6 +15,13 @@ engineering. They sit beside the trained methods; their hyperparameter is chosen
             objective (sklearn's ``tol`` criterion; default 1e-6, sklearn's is 1e-4; float32 reaches ≈ 1e-7),
             or after ``max_iter`` = 1000 iterations (history 20 pairs). K = 2 still fits two rows of W
             (softmax); its optimum is sklearn's binary ``LogisticRegression(C = 2C)``.
+``logreg_balanced``  logreg with sklearn's ``class_weight="balanced"``: each sample's CE weighted by
+            s_i = n / (K' · n_{y_i}) (K' the classes present in train, n_k their counts; Σ_i s_i = n),
+
+                minimise   mean_i s_i · CE_i  +  ‖W‖² / (2 C n)
+
+            = ``LogisticRegression(C, class_weight="balanced")``: a long-tail reference (every class weighs the
+            same in the loss), C chosen on val as for logreg.
 ``knn``     cosine kNN with temperature-weighted votes, as in DINO's ``eval_knn`` (Caron et al., 2021):
 
                 s_j = <x/‖x‖, x_j/‖x_j‖>,   votes_c = Σ_{j ∈ top-k(s)} [y_j = c] · exp(s_j / T),   ŷ = argmax_c votes_c
@@ -46,7 +53,8 @@ from .metrics import per_class_accuracy
 from .registry import Registry
 from .settings import TRAIN
 
-REFERENCE_PROBES = ("logreg", "knn")
+REFERENCE_PROBES = ("logreg", "logreg_balanced", "knn")
+CLASS_WEIGHTS = (None, "balanced")  # logreg's class weighting: none, or sklearn's "balanced"
 SELECT = TRAIN["select"].choices  # the val scores a grid point is selected on
 DEFAULT_CS: tuple[float, ...] = tuple(float(c) for c in np.logspace(-4, 2, 13))
 DEFAULT_KS: tuple[int, ...] = (10, 20, 50, 100, 200)
@@ -129,11 +137,12 @@ class LogRegModel:
 
 
 def logreg_objective(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, C: float,
-                     chunk_rows: int | None = None, center: torch.Tensor | None = None
-                     ) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """Mean-form objective f = mean_i CE_i + ‖W‖²/(2Cn) and its gradient (∂f/∂W, ∂f/∂b), in row chunks.
+                     chunk_rows: int | None = None, center: torch.Tensor | None = None,
+                     sample_weight: torch.Tensor | None = None) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """Mean-form objective f = mean_i s_i CE_i + ‖W‖²/(2Cn) and its gradient (∂f/∂W, ∂f/∂b), in row chunks;
+    s_i = ``sample_weight`` (default 1).
 
-    ∂f/∂W = (P − Y)ᵀ X / n + W / (C n),   ∂f/∂b = Σ_i (p_i − y_i) / n,   P = softmax(X Wᵀ + b).
+    ∂f/∂W = (P − Y)ᵀ S X / n + W / (C n),   ∂f/∂b = Σ_i s_i (p_i − y_i) / n,   P = softmax(X Wᵀ + b), S = diag(s).
     With ``center`` = μ the logits are (X − μ) Wᵀ + b, computed without a centred copy of X: an exact
     reparametrisation (b is not penalised; b_raw = b − W μ) that conditions L-BFGS far better when features
     share a large mean."""
@@ -147,9 +156,13 @@ def logreg_objective(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, 
             xc, yc = x[i:i + rows].to(weight.dtype), y[i:i + rows]
             z = torch.addmm(b_raw, xc, weight.T)
             lse = torch.logsumexp(z, dim=1)
-            loss += (lse - z.gather(1, yc[:, None])[:, 0]).sum(dtype=torch.float64)
+            ce = lse - z.gather(1, yc[:, None])[:, 0]
             p = (z - lse[:, None]).exp_()
             p[torch.arange(len(yc), device=x.device), yc] -= 1.0
+            if sample_weight is not None:
+                sc = sample_weight[i:i + rows].to(weight.dtype)
+                ce, p = ce * sc, p.mul_(sc[:, None])
+            loss += ce.sum(dtype=torch.float64)
             g_w.addmm_(p.T, xc)
             g_b += p.sum(0)
         if center is not None:
@@ -234,8 +247,10 @@ def lbfgs(fg: Callable[[torch.Tensor], tuple[float, torch.Tensor]], theta: torch
 
 def fit_logreg(x: torch.Tensor, y: torch.Tensor, num_classes: int, C: float, *, max_iter: int = 1000,
                tol: float = 1e-6, history_size: int = 20, init: LogRegModel | None = None,
-               standardize: bool = False, chunk_rows: int | None = None) -> LogRegModel:
-    """Minimise mean_i CE_i + ‖W‖²/(2Cn) by full-batch :func:`lbfgs`, from zero (sklearn's start) or ``init``.
+               standardize: bool = False, chunk_rows: int | None = None, class_weight: str | None = None
+               ) -> LogRegModel:
+    """Minimise mean_i s_i CE_i + ‖W‖²/(2Cn) by full-batch :func:`lbfgs`, from zero (sklearn's start) or ``init``;
+    s_i = 1, or with ``class_weight="balanced"`` :func:`balanced_weights` (sklearn's ``class_weight``).
 
     Works in x's dtype and on x's device, in the centred parametrisation of :func:`logreg_objective` (2–3×
     fewer iterations on encoder features, the same optimum); stops at max|∇| ≤ tol (sklearn's ``tol``, on the
@@ -247,6 +262,7 @@ def fit_logreg(x: torch.Tensor, y: torch.Tensor, num_classes: int, C: float, *, 
     tol = _number(tol, "logreg", "tol")
     chunk_rows = _rows(chunk_rows, "logreg")
     x, y = _as_xy(x, y, num_classes, "train")
+    sw = balanced_weights(y, num_classes).to(x.dtype) if _class_weight(class_weight) else None
     mean = scale = None
     if init is not None and init.mean is not None:
         mean, scale = init.mean, init.scale
@@ -266,7 +282,7 @@ def fit_logreg(x: torch.Tensor, y: torch.Tensor, num_classes: int, C: float, *, 
         theta = torch.cat([w0.reshape(-1), b0 if mu is None else b0 + w0 @ mu])
 
     def fg(th: torch.Tensor) -> tuple[float, torch.Tensor]:
-        f, g_w, g_b = logreg_objective(th[:k * d].view(k, d), th[k * d:], x, y, C, chunk_rows, mu)
+        f, g_w, g_b = logreg_objective(th[:k * d].view(k, d), th[k * d:], x, y, C, chunk_rows, mu, sw)
         return f, torch.cat([g_w.reshape(-1), g_b])
 
     def raw_grad_max(g: torch.Tensor) -> float:  # sklearn's test, in the raw (uncentred) parametrisation
@@ -278,9 +294,16 @@ def fit_logreg(x: torch.Tensor, y: torch.Tensor, num_classes: int, C: float, *, 
     weight, bias = theta[:k * d].view(k, d).clone(), theta[k * d:].clone()
     if mu is not None:
         bias = bias - weight @ mu
-    _, g_w, g_b = logreg_objective(weight, bias, x, y, C, chunk_rows)
+    _, g_w, g_b = logreg_objective(weight, bias, x, y, C, chunk_rows, sample_weight=sw)
     grad_max = float(max(g_w.abs().max(), g_b.abs().max()))
     return LogRegModel(weight, bias, float(C), n_iter, grad_max, grad_max <= tol, stop, mean, scale)
+
+
+def balanced_weights(y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """sklearn's ``class_weight="balanced"`` per sample: s_i = n / (K' · n_{y_i}), K' = #classes present in y."""
+    counts = torch.bincount(y, minlength=num_classes).double()
+    w = len(y) / (int((counts > 0).sum()) * counts.clamp_min(1))
+    return w[y]
 
 
 @PROBES.register("logreg", help="multinomial L2 logistic regression, full-batch L-BFGS, C on val")
@@ -290,13 +313,36 @@ def _logreg_probe(x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: 
                   history_size: int = 20, standardize: bool = False, chunk_rows: int | None = None
                   ) -> ProbeResult:
     """Fit every C of the grid (ascending, warm-started), score on val, keep the first best."""
+    return _logreg_grid("logreg", None, x, y, val_x, val_y, test_x, num_classes, select, Cs=Cs, C=C,
+                        max_iter=max_iter, tol=tol, history_size=history_size, standardize=standardize,
+                        chunk_rows=chunk_rows)
+
+
+@PROBES.register("logreg_balanced", help="logreg with sklearn's class_weight=\"balanced\" (long-tail reference)")
+def _logreg_balanced_probe(x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
+                           test_x: torch.Tensor | None, num_classes: int, select: str = "acc", *,
+                           Cs: Sequence[float] = DEFAULT_CS, C: float | None = None, max_iter: int = 1000,
+                           tol: float = 1e-6, history_size: int = 20, standardize: bool = False,
+                           chunk_rows: int | None = None) -> ProbeResult:
+    """logreg with each sample's CE weighted by n / (K' · n_{y_i}); C on val as for logreg."""
+    return _logreg_grid("logreg_balanced", "balanced", x, y, val_x, val_y, test_x, num_classes, select, Cs=Cs,
+                        C=C, max_iter=max_iter, tol=tol, history_size=history_size, standardize=standardize,
+                        chunk_rows=chunk_rows)
+
+
+def _logreg_grid(name: str, class_weight: str | None, x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor,
+                 val_y: torch.Tensor, test_x: torch.Tensor | None, num_classes: int, select: str, *,
+                 Cs: Sequence[float], C: float | None, max_iter: int, tol: float, history_size: int,
+                 standardize: bool, chunk_rows: int | None) -> ProbeResult:
+    """Fit every C of the grid (ascending, warm-started) with ``class_weight``, score on val, keep the first
+    best."""
     grid = [_c(c) for c in ([C] if C is not None else _as_list(Cs, "logreg", "Cs"))]
     val_np = val_y.cpu().numpy()
     fits: dict[int, tuple[LogRegModel, np.ndarray, float]] = {}
     model: LogRegModel | None = None
     for i in sorted(range(len(grid)), key=lambda j: grid[j]):  # largest regularisation first
         model = fit_logreg(x, y, num_classes, grid[i], max_iter=max_iter, tol=tol, history_size=history_size,
-                           init=model, standardize=standardize, chunk_rows=chunk_rows)
+                           init=model, standardize=standardize, chunk_rows=chunk_rows, class_weight=class_weight)
         pred = model.predict(val_x).cpu().numpy()
         fits[i] = (model, pred, score(pred, val_np, num_classes, select))
     rows = [{"hparams": {"C": grid[i]}, "val_score": fits[i][2],
@@ -305,8 +351,9 @@ def _logreg_probe(x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: 
     best = _first_best([r["val_score"] for r in rows])
     chosen, val_pred, val_score = fits[best]
     test_pred = chosen.predict(test_x).cpu().numpy() if test_x is not None else None
-    return ProbeResult("logreg", {"C": grid[best]}, rows, val_pred, test_pred, val_score,
-                       {"standardize": standardize, "tol": tol, "max_iter": max_iter, "converged": chosen.converged,
+    return ProbeResult(name, {"C": grid[best]}, rows, val_pred, test_pred, val_score,
+                       {"standardize": standardize, "class_weight": class_weight or "none", "tol": tol,
+                        "max_iter": max_iter, "converged": chosen.converged,
                         "n_iter_total": sum(f[0].n_iter for f in fits.values())}, model=chosen)
 
 
@@ -416,6 +463,13 @@ def fit_reference_probe(name: str, x: torch.Tensor, y: torch.Tensor, val_x: torc
 
 
 # ---- validation ------------------------------------------------------------------------------------------------
+
+def _class_weight(v: str | None) -> bool:
+    """Whether logreg weights classes (``"balanced"``); another value is a UserError."""
+    if v not in CLASS_WEIGHTS:
+        raise UserError(f"logreg: class_weight must be none or 'balanced', got {v!r}")
+    return v is not None
+
 
 def _as_xy(x: torch.Tensor, y: torch.Tensor, num_classes: int, split: str,
            dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -79,6 +79,36 @@ def test_logreg_matches_sklearn_on_a_synthetic_set(c: float) -> None:
     assert f_ours <= f_sk + 1e-13
 
 
+@pytest.mark.parametrize("c", [0.1, 10.0])
+def test_logreg_balanced_matches_sklearns_class_weight_balanced(c: float) -> None:
+    """A long tail (60/30/12/6 rows): logreg_balanced = LogisticRegression(C, class_weight="balanced") — the same W
+    in float64, the same predictions in float32; it differs from plain logreg (the weights matter here) and
+    raises the tail classes' recall."""
+    x, y = gaussians(k=4, counts=[60 + 50, 30 + 50, 12 + 50, 6 + 50], sep=1.0)  # one draw: train and test
+    test = np.concatenate([np.flatnonzero(y == k)[:50] for k in range(4)])  # 50 of each class
+    x, y, tx, ty = np.delete(x, test, 0), np.delete(y, test), x[test], y[test]
+    sk = LogisticRegression(C=c, class_weight="balanced", tol=1e-10, max_iter=20_000).fit(x.astype(np.float64), y)
+    m = fit_logreg(T(x).double(), T(y), 4, c, tol=1e-10, max_iter=5000, class_weight="balanced")
+    assert m.converged
+    np.testing.assert_allclose(m.weight.numpy(), sk.coef_, atol=1e-4 * max(1.0, np.abs(sk.coef_).max()))
+    np.testing.assert_allclose(m.predict_proba(T(tx).double()).numpy(), sk.predict_proba(tx), atol=1e-5)
+    res = fit_reference_probe("logreg_balanced", T(x), T(y), T(tx), T(ty), T(tx), 4, C=c, tol=1e-7)
+    assert res.name == "logreg_balanced" and res.info["class_weight"] == "balanced"
+    assert np.mean(res.test_pred == sk.predict(tx)) >= 0.99
+    plain = fit_reference_probe("logreg", T(x), T(y), T(tx), T(ty), T(tx), 4, C=c, tol=1e-7)
+    assert not np.array_equal(plain.test_pred, res.test_pred)
+    assert score(res.test_pred, ty, 4, "macc") > score(plain.test_pred, ty, 4, "macc")
+
+
+def test_balanced_weights_by_hand() -> None:
+    """n / (K' n_k) with K' the classes present: y = [0, 0, 0, 2] in K = 3 → 4/(2·3), 4/(2·1)."""
+    from mr2probe.probes import balanced_weights
+
+    w = balanced_weights(T([0, 0, 0, 2]), 3).numpy()
+    np.testing.assert_allclose(w, [2 / 3, 2 / 3, 2 / 3, 2.0])
+    assert w.sum() == pytest.approx(4)
+
+
 def test_logreg_standardize_is_sklearns_standard_scaler_pipeline() -> None:
     x, y = gaussians()
     x[:, 0] *= 50.0  # scales that differ per feature, so standardising changes the optimum
@@ -215,7 +245,7 @@ def test_chunking_does_not_change_knn() -> None:
 # ---- interface and bad values ---------------------------------------------------------------------------------
 
 def test_registry_holds_the_reference_probes() -> None:
-    assert sorted(REFERENCE_PROBES) == PROBES.names() == ["knn", "logreg"]
+    assert sorted(REFERENCE_PROBES) == PROBES.names() == ["knn", "logreg", "logreg_balanced"]
 
 
 @pytest.mark.parametrize("name, kwargs", [
@@ -223,7 +253,7 @@ def test_registry_holds_the_reference_probes() -> None:
     ("logreg", {"tol": 0.0}), ("logreg", {"max_iter": 0}), ("knn", {"k": 0}), ("knn", {"ks": [5, -1]}),
     ("knn", {"k": 2.5}), ("knn", {"temperature": 0.0}), ("knn", {"temperature": -0.07}),
     ("knn", {"weighting": "distance"}), ("knn", {"C": 1.0}), ("logreg", {"k": 5}), ("svm", {}),
-    ("logreg", {"select": "f1"}), ("knn", {"num_classes": 3}),  # labels in [0, 4) but K = 3
+    ("logreg", {"select": "f1"}), ("logreg_balanced", {"C": 0.0}), ("logreg_balanced", {"class_weight": "x"}), ("knn", {"num_classes": 3}),  # labels in [0, 4) but K = 3
 ])
 def test_bad_values_raise_one_line_user_errors(name: str, kwargs: dict) -> None:
     x, y = gaussians(n=40)
