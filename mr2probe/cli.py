@@ -305,6 +305,11 @@ def report(
                                   "tradeoff)."),
     wide: bool = typer.Option(False, "--wide", help="Print every column of each run's table, not the compact one "
                               "(table.md and table.csv always hold every column)."),
+    test_features: Optional[Path] = typer.Option(None, "--test-features", help="A shifted test set: apply each "
+                                                 "run's heads to this feature file's test split and write "
+                                                 "shifted-STEM.md/.csv (All/Hard/Worst, the run's hard set)."),
+    class_map: Optional[Path] = typer.Option(None, "--class-map", help="With --test-features: CSV (header, then "
+                                             "their class,our class per row); default: classes matched by name."),
 ) -> None:
     """Rebuild the tables from results.json without training: table.md / table.csv / table.tex (mean ± std over
     seeds, best per column in bold) and summary.json in every run folder, plus per_class.png, groups.png,
@@ -312,6 +317,13 @@ def report(
     from .report import run_report
 
     margin = REPORT["equivalence_margin"].check_value(equivalence_margin, "--equivalence-margin")
+    if class_map is not None and test_features is None:
+        raise UserError("--class-map needs --test-features")
+    if test_features is not None:
+        from .shifted import shifted_report
+
+        for d in run_dirs:
+            typer.echo(shifted_report(d, test_features, class_map, group_on=groups_on)[1])
     typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null, margin=margin,
                           wide=wide))
 

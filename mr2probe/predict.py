@@ -60,13 +60,20 @@ def predict_run(run_dir: str | Path, features: str | Path, split: str = "test", 
                         f"D = {meta['in_dim']}, K = {meta['num_classes']}")
     if json.loads(meta["class_names"]) != fs.class_names:
         raise UserError(f"{features}: its class names differ from those the run was trained on")
+    sp = fs.splits[split]
+    return pd.DataFrame({"index": sp.index, "label": sp.labels, **apply_heads(meta, heads, sp.features, device)})
+
+
+def apply_heads(meta: dict, heads: dict[str, dict[str, torch.Tensor]], features: np.ndarray,
+                device: str | None = None) -> dict[str, np.ndarray]:
+    """{"method/seed": predicted class index [N]} of every head of :func:`load_run_heads` on ``features`` [N, D]
+    (D the run's input width), each head rebuilt alone as ``train`` scored it."""
     cfg = ProbeConfig(**json.loads(meta["probe"]))
     dev = pick_device(device)
-    sp = fs.splits[split]
-    x = torch.as_tensor(sp.features, dtype=torch.float32, device=dev)
-    cols = {key: predict_labels(ProbeStack.from_state(cfg, fs.dim, fs.num_classes, state).to(dev), x)[0].cpu().numpy()
+    dim, k = int(meta["in_dim"]), int(meta["num_classes"])
+    x = torch.as_tensor(features, dtype=torch.float32, device=dev)
+    return {key: predict_labels(ProbeStack.from_state(cfg, dim, k, state).to(dev), x)[0].cpu().numpy()
             for key, state in heads.items()}
-    return pd.DataFrame({"index": sp.index, "label": sp.labels, **cols})
 
 
 def methods_without_heads(run_dir: str | Path, df: pd.DataFrame) -> list[str]:
