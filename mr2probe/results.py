@@ -39,11 +39,11 @@ class RunRecord:
     """One run of the table: ``method`` on ``seed`` (and training-profile ``episode``) with the grid point
     selected on val (``hparams``, its ``val_score`` under ``select``), scored once on test (``test_acc``,
     ``per_class_acc``; ``test_top5_acc``: the share of test images whose class is among the head's 5 largest
-    logits, None for the exact probes and runs made before it was stored); ``grid``: every grid point, one dict
-    per point (``hparams``, ``val_score``, and under the checkpoints rule / successive halving ``checkpoint_step``
-    / ``stopped_at``). ``checkpoint_step`` / ``checkpoint_val_scores``: the selected head's checkpoint under the
-    checkpoints rule; ``reference_probe``: an exact probe's fit details; ``info``: what the method records of
-    itself (MR2: ``margins``, ``variability``, ``s_bar``)."""
+    logits (logreg: its fitted model's), None for knn and runs made before it was stored); ``grid``: every grid
+    point, one dict per point (``hparams``, ``val_score``, and under the checkpoints rule / successive halving
+    ``checkpoint_step`` / ``stopped_at``). ``checkpoint_step`` / ``checkpoint_val_scores``: the selected head's
+    checkpoint under the checkpoints rule; ``reference_probe``: an exact probe's fit details; ``info``: what the
+    method records of itself (MR2: ``margins``, ``variability``, ``s_bar``)."""
 
     method: str
     seed: int

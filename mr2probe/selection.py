@@ -47,9 +47,14 @@ def predict_with_top_k(probe: ProbeStack, x: Features, y: torch.Tensor, k: int =
         for i in range(0, len(x), c):
             logits = probe(x[i:i + c])[1]
             preds.append(logits.argmax(-1))
-            top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices  # [H, n, k]
-            hits = hits + (top == y[i:i + c].to(top.device)[None, :, None]).any(-1).sum(1)
+            hits = hits + top_k_hits(logits, y[i:i + c], k).sum(-1)
     return torch.cat(preds, 1), hits / max(len(x), 1)
+
+
+def top_k_hits(logits: torch.Tensor, y: torch.Tensor, k: int = TOP_K) -> torch.Tensor:
+    """[..., N] bool: y_i among the min(k, K) largest of ``logits`` [..., N, K] for image i."""
+    top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
+    return (top == y.to(top.device)[:, None]).any(-1)
 
 
 def label_dtype(num_classes: int) -> type:
@@ -84,9 +89,10 @@ def reference_probe_run(name: str, data: TrainData, test: Test, cfg: ExperimentC
         cache[key] = fit_reference_probe(name, data.x, data.y, data.val_x, data.val_y, test[0], data.num_classes,
                                          cfg.select)
     res = cache[key]
+    top5 = None if res.model is None else float(top_k_hits(res.model.logits(test[0]), test[1]).float().mean())
     run = scored_run(name, seed, res.hparams, res.val_score, cfg.select, res.test_pred, res.val_pred, data, test,
                      [{"hparams": g["hparams"], "val_score": g["val_score"]} for g in res.grid],
-                     res.info.get("wall_s", 0.0),
+                     res.info.get("wall_s", 0.0), top5,
                      reference_probe={k: v for k, v in res.info.items() if isinstance(v, (str, int, float, bool))})
     return run, res.test_pred.astype(label_dtype(data.num_classes))
 

@@ -226,7 +226,7 @@ def extra_columns(runs: list[RunRecord]) -> dict[str, np.ndarray]:
     """Per replicate (%), over the whole test set: ``BalancedAcc`` = mean_k acc_k over the classes with test
     images (mean per-class recall, sklearn's ``balanced_accuracy_score``), and, where some replicate stored it,
     ``Top5`` = share of test images whose class is among the head's 5 largest logits (NaN for a replicate
-    without it)."""
+    without it: knn, results made before it was stored)."""
     acc = np.array([r.per_class_acc for r in runs], dtype=float)
     out = {"BalancedAcc": 100 * np.nanmean(acc, axis=1)}
     top5 = np.array([np.nan if r.test_top5_acc is None else r.test_top5_acc for r in runs], dtype=float)

@@ -253,7 +253,8 @@ def test_registry_holds_the_reference_probes() -> None:
     ("logreg", {"tol": 0.0}), ("logreg", {"max_iter": 0}), ("knn", {"k": 0}), ("knn", {"ks": [5, -1]}),
     ("knn", {"k": 2.5}), ("knn", {"temperature": 0.0}), ("knn", {"temperature": -0.07}),
     ("knn", {"weighting": "distance"}), ("knn", {"C": 1.0}), ("logreg", {"k": 5}), ("svm", {}),
-    ("logreg", {"select": "f1"}), ("logreg_balanced", {"C": 0.0}), ("logreg_balanced", {"class_weight": "x"}), ("knn", {"num_classes": 3}),  # labels in [0, 4) but K = 3
+    ("logreg", {"select": "f1"}), ("logreg_balanced", {"C": 0.0}), ("logreg_balanced", {"class_weight": "x"}),
+    ("knn", {"num_classes": 3}),  # labels in [0, 4) but K = 3
 ])
 def test_bad_values_raise_one_line_user_errors(name: str, kwargs: dict) -> None:
     x, y = gaussians(n=40)

@@ -29,8 +29,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("top5")
     feats = write_by_hand(tmp / "f.h5", k=K, d=6, n_train=240, n_test=240, seed=3)
     out = tmp / "run"
-    r = run_cli("train", "--features", str(feats), "--out", str(out), "-q", "--methods", "ce", "--seeds", "2",
-                "--epochs", "1", "--min-steps", "10")
+    r = run_cli("train", "--features", str(feats), "--out", str(out), "-q", "--methods", "ce,logreg,knn",
+                "--seeds", "2", "--epochs", "1", "--min-steps", "10")
     assert r.returncode == 0, r.stderr
     return feats, out
 
@@ -45,6 +45,7 @@ def test_top5_and_balanced_accuracy_match_sklearn(run: tuple[Path, Path]) -> Non
     runs = {r.key: r for r in load_results(out).runs}
     saved = load_predictions(out / "predictions.npz")
     tops, bals = [], []
+    assert set(heads) >= {"ce/0", "ce/1"}
     for key, state in heads.items():
         probe = ProbeStack.from_state(cfg, fs.dim, fs.num_classes, state)
         with torch.no_grad():
@@ -64,6 +65,16 @@ def test_top5_and_balanced_accuracy_match_sklearn(run: tuple[Path, Path]) -> Non
     assert table.loc["ce", "top5"] == pytest.approx(np.mean(tops), abs=1e-4)
     assert table.loc["ce", "balanced_acc"] == pytest.approx(np.mean(bals), abs=1e-4)
     assert "top5_sd" in table.columns and "balanced_acc_sd" in table.columns
+
+
+def test_exact_probes_logreg_has_top5_knn_has_none(run: tuple[Path, Path]) -> None:
+    _, out = run
+    runs = {r.key: r for r in load_results(out).runs}
+    assert runs["knn/0"].test_top5_acc is None
+    assert runs["logreg/0"].test_acc <= runs["logreg/0"].test_top5_acc <= 1
+    s = summarize(load_results(out), load_predictions(out / "predictions.npz"))
+    assert "Top5" not in s.mean["knn"] and np.isnan(s.frame().loc["knn", "Top5"])
+    assert s.mean["logreg"]["Top5"] == pytest.approx(100 * runs["logreg/0"].test_top5_acc)
 
 
 def test_compact_table_leaves_them_out_wide_shows_them(run: tuple[Path, Path]) -> None:
