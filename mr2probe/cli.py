@@ -202,6 +202,10 @@ def train(
                                       "class order), shots:N (N per class) or fraction:F."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     wide: bool = typer.Option(False, "--wide", help="Print every column of the table, not the compact one."),
+    test_features: Optional[Path] = typer.Option(None, "--test-features", help="A shifted test set scored after "
+                                                 "training, as `report --test-features`."),
+    class_map: Optional[Path] = typer.Option(None, "--class-map", help="With --test-features: CSV (header, then "
+                                             "their class,our class per row); default: classes matched by name."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML file with a [train] table: the keys of a "
                                           "suite's [train] (every setting flag below by its name, e.g. lr = [1e-3, "
                                           "1e-2], plus set = {mr2 = {p = 2}}); flags given on the command line win."),
@@ -233,6 +237,7 @@ def train(
     cfg = config_from_settings(features, out, names, list(range(seeds)), head, adapter, settings,
                                params, train_profile, progress=not quiet)
     cfg.check()  # bad input refused before anything is said or written
+    _check_shifted(test_features, class_map, features)
     if cfg.reference_method != settings["reference"]:
         typer.echo(f"the reference {settings['reference']} is not among --methods: {cfg.reference_method} is the "
                    f"reference (the groups and every Δ are against it); add {settings['reference']} to --methods, "
@@ -247,12 +252,32 @@ def train(
     gone = [] if kept else clear_rendered(out)  # plots and report.html of the folder's earlier results
     summary = report_run(out, report["groups_on"], margin=report["equivalence_margin"]).summary
     typer.echo(terminal_table(summary, wide=wide))
+    if test_features is not None:
+        typer.echo(_shifted_text(out, test_features, class_map, report["groups_on"]))
     tables = "table.md (every column), table.csv, table.tex, summary.json, metrics.csv, per_class.csv"
     typer.echo(f"kept {out}/results.json (it already held these results); rendered {tables}" if kept
                else f"wrote {out}/results.json, {tables}")
     if gone:
         typer.echo(f"removed {', '.join(gone)} of the earlier results (`mr2probe report {out}` draws the plots "
                    "again)", err=True)
+
+
+def _check_shifted(test_features: Path | None, class_map: Path | None, run_features: Path | None = None) -> None:
+    """--class-map only with --test-features; with ``run_features`` (train) the shifted file and map are checked
+    against the features to train on, before training."""
+    if class_map is not None and test_features is None:
+        raise UserError("--class-map needs --test-features")
+    if test_features is not None and run_features is not None:
+        from .shifted import check_shifted
+
+        check_shifted(test_features, run_features, class_map)
+
+
+def _shifted_text(run_dir: Path, test_features: Path, class_map: Path | None, groups_on: str) -> str:
+    """``mr2probe.shifted.shifted_report`` on one run folder: what to print."""
+    from .shifted import shifted_report
+
+    return shifted_report(run_dir, test_features, class_map, group_on=groups_on)[1]
 
 
 def _with_config_file(ctx: typer.Context, config: Path | None, settings: dict, params: dict[str, dict]
@@ -317,13 +342,9 @@ def report(
     from .report import run_report
 
     margin = REPORT["equivalence_margin"].check_value(equivalence_margin, "--equivalence-margin")
-    if class_map is not None and test_features is None:
-        raise UserError("--class-map needs --test-features")
-    if test_features is not None:
-        from .shifted import shifted_report
-
-        for d in run_dirs:
-            typer.echo(shifted_report(d, test_features, class_map, group_on=groups_on)[1])
+    _check_shifted(test_features, class_map)
+    for d in run_dirs if test_features is not None else []:
+        typer.echo(_shifted_text(d, test_features, class_map, groups_on))
     typer.echo(run_report(run_dirs, groups_on, summary, html, plots=not no_plots, null=not no_null, margin=margin,
                           wide=wide))
 

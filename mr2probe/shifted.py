@@ -81,6 +81,15 @@ def class_map(theirs: list[str], ours: list[str], path: Path | None) -> np.ndarr
     return np.array([ours_ix[lookup[n]] if n in lookup else -1 for n in theirs])
 
 
+def check_shifted(features: str | Path, run_features: str | Path, map_path: Path | None = None) -> None:
+    """Refuse (UserError) a shifted feature file or class map that :func:`score_shifted` would refuse for a run
+    trained on ``run_features``, before training: unreadable file, another D, a bad map."""
+    fs, ours = read_features(features, load=False), read_features(run_features, load=False)
+    if fs.dim != ours.dim:
+        raise UserError(f"{features}: D = {fs.dim}, but {run_features} has D = {ours.dim}")
+    class_map(fs.class_names, ours.class_names, map_path)
+
+
 def _rows(fs, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(features, labels) of ``split`` of a feature set, or of every split with ``split="all"``."""
     if split == "all":

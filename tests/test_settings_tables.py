@@ -21,7 +21,7 @@ from mr2probe.trainer import TrainConfig
 
 # the arguments of a command that are not settings: what to train on and where, and how the command shows things
 TRAIN_OWN = {"features", "out", "methods", "head", "adapter", "seeds", "set_", "train_profile", "quiet", "wide",
-             "config", "print_config"}
+             "config", "print_config", "test_features", "class_map"}
 REPORT_OWN = {"run_dirs", "no_null", "summary", "html", "no_plots", "wide", "test_features", "class_map"}
 ESTIMATOR_OWN = {"method", "head", "adapter", "seed", "method_params"}  # and a method's own hyperparameters
 PROBE_SETTINGS = {"width", "learn_scale"}  # ProbeConfig's (scale: its first grid value)

@@ -105,6 +105,25 @@ def test_class_map_without_test_features_is_refused(run: tuple[Path, Path], tmp_
     assert r.returncode == 2 and "--class-map needs --test-features" in r.stderr
 
 
+def test_train_scores_the_shifted_set_and_refuses_a_bad_map_before_training(run: tuple[Path, Path],
+                                                                             tmp_path: Path) -> None:
+    feats, _ = run
+    other = reordered(feats, tmp_path / "other.h5", [f"x{j}" for j in range(K)])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("theirs,ours\nx0,nope\n")
+    args = ["train", "--features", str(feats), "-q", "--methods", "ce", "--seeds", "1", "--epochs", "1",
+            "--min-steps", "5", "--test-features", str(other)]
+    r = run_cli(*args, "--out", str(tmp_path / "refused"), "--class-map", str(bad))
+    assert r.returncode == 2 and "not a class of the run" in r.stderr and not (tmp_path / "refused").exists()
+    good = tmp_path / "map.csv"
+    good.write_text("theirs,ours\n" + "".join(f"x{j},c{c}\n" for j, c in enumerate(PERM)))
+    r = run_cli(*args, "--out", str(tmp_path / "ok"), "--class-map", str(good))
+    assert r.returncode == 0, r.stderr
+    table = pd.read_csv(tmp_path / "ok" / "shifted-other.csv").set_index("method")
+    ce = load_results(tmp_path / "ok").runs[0]
+    assert table.loc["ce", "all"] == pytest.approx(100 * ce.test_acc, abs=1e-4) and "Jaccard 1.00" in r.stdout
+
+
 def test_class_map_units() -> None:
     assert class_map(["a", "b", "z"], ["b", "a"], None).tolist() == [1, 0, -1]
     assert jaccard(np.array([1, 2]), np.array([2, 3])) == pytest.approx(1 / 3)
