@@ -290,9 +290,9 @@ def inference_line(s: Summary) -> str:
             f"inconclusive; identical: the reference's predictions): {told}{null}")
 
 
-VERDICT_MEANING = {"better": "q < 0.05 (BH)", "worse": "q < 0.05 (BH)", "equivalent": "within ±{m:g} (TOST)",
-                   "inconclusive": "neither", "underpowered": "MDE > ±{m:g} or one replicate: cannot tell",
-                   "identical": "same predictions as the reference"}
+# short, so that the legend's verdict line fits 100 columns (q: BH; ±m: TOST; MDE: the protocol page says how)
+VERDICT_MEANING = {"better": "q < 0.05", "worse": "q < 0.05", "equivalent": "±{m:g}", "inconclusive": "neither",
+                   "underpowered": "MDE > ±{m:g}", "identical": "= reference"}
 
 
 def protocol_link(where: Path | None) -> str | None:
@@ -318,7 +318,7 @@ def legend(s: Summary, link: str | None = None, sd: bool = True) -> list[str]:
     by_meaning: dict[str, list[str]] = {}
     for v in verdicts:
         by_meaning.setdefault(VERDICT_MEANING.get(v, "see the protocol").format(m=s.margin), []).append(v)
-    told = "; ".join(f"{'/'.join(vs)}: {meaning}" for meaning, vs in by_meaning.items()) or "no verdicts"
+    told = "; ".join(f"{'/'.join(vs)} {meaning}" for meaning, vs in by_meaning.items()) or "no verdicts"
     null = f"{s.null}: {s.reference} on other seeds (no effect). " if s.null else ""
     page = f"[protocol]({link})" if link else PROTOCOL_DOC
     return [f"% of test, mean{' ± SD' if sd else ''} over seeds; Hard: {s.reference}'s {len(s.groups.hard)} "
