@@ -573,11 +573,16 @@ def _subset(cfg: ExtractConfig) -> str | None:
     return None if cfg.per_class is None else f"stratified, at most {cfg.per_class} per class and split (seed 0)"
 
 
-def extract(cfg: ExtractConfig) -> Path:
-    """Run one extraction (resuming a matching ``.partial``); returns the finished file's path.
+def _say_resumed(say: Callable[[str], None], split: str, start: int, rows: int, out: Path) -> None:
+    """The line of a split that resumes (rows already written) or that was finished in the partial file."""
+    if 0 < start < rows:
+        say(f"resumed split {split} at row {start} of {rows} (from {partial_path(out)})")
+    elif start and start == rows:
+        say(f"kept split {split}: its {start} rows were finished in {partial_path(out)}")
 
-    A finished file already at ``cfg.out`` is kept (not recomputed) unless ``cfg.overwrite``."""
-    out = Path(cfg.out)
+
+def _check_config(cfg: ExtractConfig) -> None:
+    """One-line UserErrors for settings out of range, before anything is built or opened."""
     if cfg.dtype not in ("float16", "float32"):
         raise UserError(f"--dtype must be float16 or float32, got {cfg.dtype!r}")
     if cfg.amp not in AMP_DTYPES:
@@ -591,6 +596,14 @@ def extract(cfg: ExtractConfig) -> Path:
     if cfg.preprocess not in PREPROCESS:
         raise UserError(f"--preprocess must be one of {', '.join(PREPROCESS)}, got {cfg.preprocess!r}")
     check_readout(cfg.pool, cfg.blocks)
+
+
+def extract(cfg: ExtractConfig) -> Path:
+    """Run one extraction (resuming a matching ``.partial``); returns the finished file's path.
+
+    A finished file already at ``cfg.out`` is kept (not recomputed) unless ``cfg.overwrite``."""
+    out = Path(cfg.out)
+    _check_config(cfg)
     rank, world = _dist()
     say = cfg.say if cfg.say is not None and rank == 0 else (lambda text: None)
     with contextlib.ExitStack() as stack, _Interrupts() as interrupts:
@@ -648,10 +661,7 @@ def extract(cfg: ExtractConfig) -> Path:
                 return start
 
             start = _share(_on_rank0(begin))
-            if 0 < start < len(positions):
-                say(f"resumed split {s} at row {start} of {len(positions)} (from {partial_path(out)})")
-            elif start and start == len(positions):
-                say(f"kept split {s}: its {start} rows were finished in {partial_path(out)}")
+            _say_resumed(say, s, start, len(positions), out)
             # resume on the batch grid (rows 0, b, 2b, ...): every batch is then the one an uninterrupted run
             # encodes, so results are bit-identical even where a kernel depends on the batch composition
             aligned = start - start % cfg.batch_size

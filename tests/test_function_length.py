@@ -1,5 +1,4 @@
-"""No function or method of the package is longer than MAX_LINES lines, apart from those named in ALLOWED (modules
-being shrunk by their owners; each entry names the function and its length when listed)."""
+"""No function or method of the package is longer than MAX_LINES lines."""
 from __future__ import annotations
 
 import ast
@@ -7,9 +6,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mr2probe"
 MAX_LINES = 80
-# module path (relative to the package) → functions allowed over MAX_LINES; only the training engine (trainer.py,
-# methods/) and extract.py, whose owners are shrinking them
-ALLOWED: dict[str, set[str]] = {"extract.py": {"extract"}}  # 93 lines
 
 
 def long_functions() -> list[tuple[str, str, int]]:
@@ -24,10 +20,5 @@ def long_functions() -> list[tuple[str, str, int]]:
     return out
 
 
-def test_no_function_is_over_80_lines_outside_the_allowed_list() -> None:
-    over = [(m, f, n) for m, f, n in long_functions() if f not in ALLOWED.get(m, set())]
-    assert over == [], over
-
-
-def test_the_allowed_list_names_only_the_engine_and_extraction() -> None:
-    assert all(m in ("trainer.py", "extract.py") or m.startswith("methods/") for m in ALLOWED)
+def test_no_function_is_over_80_lines() -> None:
+    assert long_functions() == []
