@@ -117,7 +117,7 @@ def cell(s: Summary, method: str, col: str, sd: bool = True) -> str:
 def table_columns(s: Summary) -> list[str]:
     """Every column of table.md, the HTML table and ``--wide`` (Top5 / BalancedAcc there, not in the compact
     table)."""
-    return (COLUMNS + DELTA_COLUMNS + s.extra_columns() + s.instrument_columns() + (SHOWN_CI if s.ci else [])
+    return (COLUMNS + DELTA_COLUMNS + s.instrument_columns() + (SHOWN_CI if s.ci else []) + s.extra_columns()
             + [Q_COLUMN, VERDICT_COLUMN])
 
 

@@ -95,6 +95,8 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
            "val": [cfg.val_fraction, cfg.val_seed]}
     if cfg.profile.kind != "full":  # only then, so keys of full-set runs are unchanged
         key["profile"] = cfg.profile.as_dict()
+    if cfg.train.probe.head == "cosine" and any(m == "mr2" or m.startswith("mr2_") for m in cfg.methods):
+        key["mr2_stats_on"] = "input"  # MR2's default under a cosine head since parts trained on z/‖z‖: not reused
     if stream:
         key["stream"] = stream
     blob = json.dumps(key, sort_keys=True, default=str)

@@ -185,10 +185,11 @@ def test_stats_recomputed_exactly_at_epoch_start_with_adapter() -> None:
     data, cfg = _setup("linear", head="cosine", epochs=1)
     specs = expand_runs(["mr2"], [0], cfg)
     trained = train_stack(data, specs, cfg)
-    # one epoch: the statistics are those of the adapter at initialisation, which the seed fixes
+    # one epoch: the statistics are those of the adapter at initialisation, which the seed fixes, on its output g(x)
+    # (stats_on=input, the default; z/‖z‖ would be what the cosine head sees)
     fresh = ProbeStack(cfg.probe, 6, 3, [0])
     with torch.no_grad():
-        direct = class_stats(fresh.represent(data.x), data.y, 3, p=3)
+        direct = class_stats(fresh.adapter_output(data.x), data.y, 3, p=3)
     np.testing.assert_allclose(trained.info[0]["variability"], direct.v[0].numpy(), rtol=1e-5)
     np.testing.assert_allclose(trained.info[0]["s_bar"], float(direct.s_bar[0]), rtol=1e-5)
 
@@ -198,6 +199,6 @@ def test_stats_once_for_frozen_features_match_direct_computation() -> None:
 
     data, cfg = _setup("none", head="cosine")
     trained = train_stack(data, expand_runs(["mr2"], [0], cfg), cfg)
-    direct = class_stats(F.normalize(data.x, dim=-1), data.y, 3, p=3)  # the cosine head sees z/‖z‖
+    direct = class_stats(data.x, data.y, 3, p=3)  # stats_on=input (default): the features, not z/‖z‖
     np.testing.assert_allclose(trained.info[0]["variability"], direct.v.numpy(), rtol=1e-5)
     np.testing.assert_allclose(trained.info[0]["margins"], margins(direct.v).numpy(), rtol=1e-5)

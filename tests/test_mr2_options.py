@@ -121,10 +121,10 @@ def test_bad_option_values_are_refused(name: str, key: str, bad: str) -> None:
 @pytest.mark.parametrize("name", ["mr2", "mr2_uniform", "mr2_no_rep", "mr2_sqrt", "mr2_linear"])
 def test_options_available_to_every_ablation(name: str) -> None:
     cls = METHODS.get(name)
-    assert cls.defaults["rep_scale"] == "mr2probe" and cls.defaults["stats_on"] == "classifier"
-    points = method_hparams(name, _cfg(method_params={name: {"rep_scale": "reference", "stats_on": "input"}},
+    assert cls.defaults["rep_scale"] == "mr2probe" and cls.defaults["stats_on"] == "input"
+    points = method_hparams(name, _cfg(method_params={name: {"rep_scale": "reference", "stats_on": "classifier"}},
                                        use_method_grids=False))
-    assert all(p["rep_scale"] == "reference" and p["stats_on"] == "input" for p in points)
+    assert all(p["rep_scale"] == "reference" and p["stats_on"] == "classifier" for p in points)
 
 
 def test_adapter_lam_grid_spans_both_scales() -> None:
