@@ -515,7 +515,7 @@ class StackStep:
         """Every tensor a step reads or updates in place besides the batch: the probe's, the tables', the
         optimiser's and the methods' (what a CUDA graph must find at the same address on every replay)."""
         found = [*self.probe.parameters(), *self.probe.buffers(), opt.t, opt.count, opt.schedule,
-                 *(t for m, _ in opt.state.values() for t in (m,)), *(v for _, v in opt.state.values())]
+                 *(t for moments in opt.state.values() for t in moments)]
         for tables in (self.tables, self.aux_tables):
             if tables is not None:
                 found += [tables.at_label, tables.offset, tables.per_head, tables.dropped]
