@@ -11,11 +11,6 @@ from ..losses import Terms
 from ._base import METHODS, Batch, Method
 
 
-def generalized_ce(ce: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """GCE (Zhang & Sabuncu, 2018) (1 − p_y^q) / q from the per-sample CE = −log p_y: ce [h, B], q [h] → [h, B]."""
-    return -torch.expm1(-q[:, None] * ce) / q[:, None]  # p_y^q = exp(−q·CE)
-
-
 @METHODS.register("lff", help="learning from failure: a GCE (q=0.7) biased head reweights the main head's CE by "
                   "ℓ̃_B/(ℓ̃_B+ℓ̃_D), EMA 0.7 (Nam et al., NeurIPS 2020); two heads, not two nets; no class-max norm")
 class LfF(Method):
