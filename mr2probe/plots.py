@@ -511,7 +511,7 @@ def plot_across_runs(numbers: Any, path: Path) -> tuple[Path, int]:
         y -= 0.5
     ax.axvline(0, color="0.3", lw=0.8, ls="--")
     ax.set_yticks(ticks, labels, fontsize=7)
-    ax.set_xlabel("ΔHard (points) vs each run's reference, mean over seeds; bar: 95% CI (two-stage SE, t)")
+    ax.set_xlabel("ΔHard (points) vs each run's reference, mean over seeds\nbar: 95% CI (two-stage SE, t)")
     ax.set_title(f"ΔHard of every method against its run's reference ({len(runs)} run{'s' * (len(runs) != 1)})"
                  + ("; grey: null control" if rows["method"].str.contains("(null)", regex=False).any() else ""),
                  fontsize=10, loc="left")
