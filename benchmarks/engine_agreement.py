@@ -4,13 +4,15 @@ control's SD (the spread of the reference retrained on other seeds: what trainin
 
 Usage: python benchmarks/engine_agreement.py OLD_ROOT NEW_ROOT  (roots of run folders holding results.json; e.g. the
 committed results/positive-control against the same suite trained again into another folder). Prints one row per
-run × method and the count of methods whose |ΔAll| or |ΔHard| reaches the null control's SD of that column.
+run × method and the count of methods whose |ΔAll| or |ΔHard| reaches the null control's SD of that column (a Δ of
+exactly 0 counts as within it), and per run how many test predictions differ (where the two runs have the same shape).
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from mr2probe.metrics import null_name
@@ -25,6 +27,12 @@ def frame(run: Path) -> tuple[pd.DataFrame, str | None]:
     return summary.frame(), null if null in summary.frame().index else None
 
 
+def same_predictions(old: Path, new: Path) -> tuple[int, int] | None:
+    """(entries that differ, entries) of the two runs' test predictions, None where their shapes differ."""
+    a, b = np.load(old / "predictions.npz")["predictions"], np.load(new / "predictions.npz")["predictions"]
+    return (int((a != b).sum()), a.size) if a.shape == b.shape else None
+
+
 def compare(old_root: Path, new_root: Path) -> pd.DataFrame:
     rows = []
     for new in sorted(p.parent for p in new_root.glob("*/results.json")):
@@ -33,6 +41,9 @@ def compare(old_root: Path, new_root: Path) -> pd.DataFrame:
             continue
         f_old, null = frame(old)
         f_new, _ = frame(new)
+        same = same_predictions(old, new)
+        print(f"{new.name}: " + (f"{same[0]} of {same[1]} test predictions differ" if same else
+                                 "predictions of other shapes (other seeds or methods)"))
         for method in f_old.index.intersection(f_new.index):
             row = {"run": new.name, "method": method}
             for col in ("All", "Hard"):
@@ -40,7 +51,8 @@ def compare(old_root: Path, new_root: Path) -> pd.DataFrame:
                 row[f"null_sd_{col}"] = f_old.loc[null, f"{col}_sd"] if null else float("nan")
             rows.append(row)
     df = pd.DataFrame(rows)
-    df["within"] = (df["dAll"].abs() < df["null_sd_All"]) & (df["dHard"].abs() < df["null_sd_Hard"])
+    moved = {c: (df[f"d{c}"].abs() < df[f"null_sd_{c}"]) | (df[f"d{c}"] == 0) for c in ("All", "Hard")}
+    df["within"] = moved["All"] & moved["Hard"]  # less than the null control's SD, or not at all
     return df
 
 
