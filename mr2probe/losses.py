@@ -252,16 +252,15 @@ def label_counts(y: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch
     return torch.zeros(num_classes, dtype=dtype, device=y.device).index_add_(0, y, torch.ones_like(y, dtype=dtype))
 
 
-def class_means(values: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean of ``values`` [h, B] over the batch samples of each class → (means [h, K], present [K] bool); a class
-    absent from the batch has mean 0 and ``present`` False."""
-    counts = label_counts(y, num_classes, values.dtype)
-    sums = values.new_zeros(values.shape[0], num_classes).index_add_(1, y, values)
-    return sums / counts.clamp_min(1), counts > 0
+def class_means(values: torch.Tensor, y: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` [h, B] over the batch samples of each class → [h, K], with ``counts`` [K] the batch counts
+    (:func:`label_counts`); a class absent from the batch (count 0) has mean 0."""
+    sums = values.new_zeros(values.shape[0], counts.shape[0]).index_add_(1, y, values)
+    return sums / counts.clamp_min(1)
 
 
-def class_mean_weights(q: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+def class_mean_weights(q: torch.Tensor, y: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Per-sample weights r [h, B] with (1/B) Σ_b r_hb c_hb = Σ_k q_hk · (mean of c over the batch samples of class
-    k): r_hb = B · q_h,y_b / n_y_b, n the batch counts (a class-weighted sum of class means as a batch mean)."""
-    counts = label_counts(y, num_classes, q.dtype)  # [K]
+    k): r_hb = B · q_h,y_b / n_y_b, n = ``counts`` [K] the batch counts (:func:`label_counts`; a class-weighted sum of
+    class means as a batch mean)."""
     return (q / counts.clamp_min(1)).index_select(1, y) * y.shape[0]

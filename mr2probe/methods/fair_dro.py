@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ..losses import class_mean_weights, class_means
+from ..losses import class_mean_weights, class_means, label_counts
 from ._base import METHODS, Batch, Method
 
 
@@ -87,10 +87,11 @@ class FairDRO(Method):
     def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
         """The worst-case q of this batch's class losses (in place), as per-sample weights of Σ_k q_k ℓ_k."""
         k = self.ctx.num_classes
-        per_class, present = class_means(c, batch.y, k)
+        counts = label_counts(batch.y, k, c.dtype)  # once per step: the class means and the weights read it
+        per_class, present = class_means(c, batch.y, counts), counts > 0
         self.q.copy_(chi2_simplex_weights(per_class, present, self.hp("alpha")))
         self.stepped = True
-        return class_mean_weights(self.q, batch.y, k)
+        return class_mean_weights(self.q, batch.y, counts)
 
     def info(self) -> list[dict[str, Any]]:
         if not self.stepped:

@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ..losses import class_mean_weights, class_means
+from ..losses import class_mean_weights, class_means, label_counts
 from ._base import METHODS, Batch, Method
 
 
@@ -47,10 +47,11 @@ class GroupDRO(Method):
         """q ← softmax(log q + η (ℓ_k + C/√n_k) · [k in the batch]) in place (log space: no overflow for large
         η·ℓ), then the weights of Σ_k q_k ℓ_k as a batch mean (:func:`~mr2probe.losses.class_mean_weights`)."""
         k = self.ctx.num_classes
-        per_class, present = class_means(c, batch.y, k)
+        counts = label_counts(batch.y, k, c.dtype)  # once per step: the class means and the weights read it
+        per_class, present = class_means(c, batch.y, counts), counts > 0
         step = self.hp("eta")[:, None] * (per_class + self.adjust) * present
         self.q.copy_(torch.softmax(self.q.log() + step, 1))
-        return class_mean_weights(self.q, batch.y, k)
+        return class_mean_weights(self.q, batch.y, counts)
 
     def info(self) -> list[dict[str, Any]]:
         return [{"group_weights": self.q[i].tolist()} for i in range(self.h)]
