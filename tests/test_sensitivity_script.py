@@ -1,0 +1,54 @@
+"""benchmarks/sensitivity.py: the claims × cells layout and the verdict flips, on a hand-made summary.csv."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pandas as pd
+
+from conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location("sensitivity", ROOT / "benchmarks" / "sensitivity.py")
+sensitivity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sensitivity)
+
+
+def _row(run: str, method: str, d: float, verdict: str, q: float, spread: float | None = None,
+         d_all: float = 0.0) -> dict:
+    return {"scope": "run", "run": run, "method": method, "delta_hard": d, "delta_hard_ci_lo": d - 1,
+            "delta_hard_ci_hi": d + 1, "delta_hard_q": q, "delta_hard_equiv_bound": abs(d) + 1,
+            "delta_hard_verdict": verdict, "delta_all": d_all, "margin_spread": spread}
+
+
+def _summary() -> pd.DataFrame:
+    rows = []
+    for run, (mr2_v, la_v), check in [("floor-grid2x2", ("equivalent", "better"), 0.9),
+                                       ("floor-grid3x3", ("equivalent", "underpowered"), 0.2),
+                                       ("reach-grid2x2", ("underpowered", "better"), 0.1)]:
+        rows += [_row(run, "mr2", 0.1, mr2_v, 0.5, spread=1.02), _row(run, "logit_adjust", 9.0, la_v, 0.01),
+                 _row(run, "logreg", 0.0, "underpowered", 0.9, d_all=check), _row(run, "ce", 0.0, "identical", 1.0)]
+    rows.append({**_row("", "mr2", 0.0, "", 1.0), "scope": "folder"})  # folder-wide rows are not cells
+    return pd.DataFrame(rows)
+
+
+def test_flips_are_the_verdicts_that_differ_from_the_base_cell():
+    rows = sensitivity.claim_rows(_summary(), ("mr2", "logit_adjust"))
+    assert len(rows) == 6  # 2 claims × 3 cells; the folder row, the check and the reference are not claims
+    assert rows.set_index("run")["check_delta_all"].to_dict() == {"floor-grid2x2": 0.9, "floor-grid3x3": 0.2,
+                                                                  "reach-grid2x2": 0.1}
+    flipped = sensitivity.flips(rows, "floor-grid2x2")
+    assert sorted(zip(flipped["method"], flipped["run"], flipped["base_verdict"], flipped["delta_hard_verdict"])) == [
+        ("logit_adjust", "floor-grid3x3", "better", "underpowered"),
+        ("mr2", "reach-grid2x2", "equivalent", "underpowered")]
+
+
+def test_script_writes_the_page_and_prints_the_flips(tmp_path):
+    _summary().to_csv(tmp_path / "summary.csv", index=False)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sensitivity.py"), str(tmp_path),
+                          "--claims", "mr2,logit_adjust"], capture_output=True, text=True, check=True).stdout
+    assert "2 of 4 verdicts differ from floor-grid2x2" in out
+    page = (tmp_path / "sensitivity.md").read_text()
+    assert "+9.00 [8.00, 10.00] better (q 0.01)" in page
+    assert "| mr2_uniform" not in page
+    assert len(pd.read_csv(tmp_path / "sensitivity.csv")) == 6
