@@ -75,7 +75,7 @@ class ProbeResult:
     test_pred: np.ndarray | None  # [N_test] int64 (None without test_x)
     val_score: float  # of the chosen grid point, in [0, 1]
     info: dict[str, Any] = field(default_factory=dict)  # JSON-able: select, device, wall_s, fit details
-    model: Any = None  # logreg: the chosen :class:`LogRegModel` (not JSON-able); knn: None
+    model: Any = None  # the chosen :class:`LogRegModel` or :class:`KNNModel` (not JSON-able)
 
 
 def score(pred: np.ndarray, y: np.ndarray, num_classes: int, select: str = "acc") -> float:
@@ -400,6 +400,40 @@ def knn_predict(train_x: torch.Tensor, train_y: torch.Tensor, query_x: torch.Ten
     return knn_votes(train_x, train_y, query_x, num_classes, [k], temperature, weighting)[k].argmax(1)
 
 
+@dataclass
+class KNNModel:
+    """A fitted kNN probe: its training rows and chosen k. Class scores are the vote shares
+
+        p_c(x) = votes_c(x) / Σ_c' votes_c'(x)        (:func:`knn_votes`; sklearn's ``predict_proba``)
+
+    so argmax p = the kNN prediction and top-5 accuracy is defined (classes no neighbour votes for score 0)."""
+
+    x: torch.Tensor  # [N, D] training features
+    y: torch.Tensor  # [N] training labels
+    num_classes: int
+    k: int
+    temperature: float = DEFAULT_TEMPERATURE
+    weighting: str = "temperature"
+    chunk_rows: int | None = None
+
+    def votes(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, K] :func:`knn_votes` of the queries ``x`` at the chosen k."""
+        return knn_votes(self.x, self.y, x, self.num_classes, [self.k], self.temperature, self.weighting,
+                         self.chunk_rows)[self.k]
+
+    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
+        votes = self.votes(x)
+        return votes / votes.sum(1, keepdim=True)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The scores ranked for top-k accuracy: the vote shares (:meth:`predict_proba`)."""
+        return self.predict_proba(x)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """argmax_c votes_c (lowest class index on a tie), as :func:`knn_predict`."""
+        return self.votes(x).argmax(1)
+
+
 @PROBES.register("knn", help="cosine kNN, temperature-weighted votes (DINO), k on val")
 def _knn_probe(x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
                test_x: torch.Tensor | None, num_classes: int, select: str = "acc", *,
@@ -420,14 +454,12 @@ def _knn_probe(x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: tor
     rows = [{"hparams": {"k": kk}, "val_score": score(p, val_np, num_classes, select), "info": {}}
             for kk, p in zip(grid, preds)]
     best = _first_best([r["val_score"] for r in rows])
-    test_pred = None
-    if test_x is not None:
-        test_pred = knn_votes(x, y, test_x, num_classes, [grid[best]], temperature, weighting,
-                              chunk_rows)[grid[best]].argmax(1).cpu().numpy()
+    model = KNNModel(x, y, num_classes, grid[best], temperature, weighting, chunk_rows)
+    test_pred = None if test_x is None else model.predict(test_x).cpu().numpy()
     hp = {"k": grid[best], "temperature": temperature if weighting == "temperature" else None,
           "weighting": weighting}
     return ProbeResult("knn", hp, rows, preds[best], test_pred, rows[best]["val_score"],
-                       {"weighting": weighting, "temperature": temperature})
+                       {"weighting": weighting, "temperature": temperature}, model=model)
 
 
 # ---- the common entry point ----------------------------------------------------------------------------------

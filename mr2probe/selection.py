@@ -52,9 +52,15 @@ def predict_with_top_k(probe: ProbeStack, x: Features, y: torch.Tensor, k: int =
 
 
 def top_k_hits(logits: torch.Tensor, y: torch.Tensor, k: int = TOP_K) -> torch.Tensor:
-    """[..., N] bool: y_i among the min(k, K) largest of ``logits`` [..., N, K] for image i."""
-    top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
-    return (top == y.to(top.device)[:, None]).any(-1)
+    """[..., N] bool: y_i among the min(k, K) largest of ``logits`` [..., N, K] for image i, equal scores ranked
+    by class index (the lowest first, as argmax; kNN's vote shares tie at 0 for classes without votes):
+
+        rank_i = #{c : s_ic > s_iy} + #{c < y_i : s_ic = s_iy},     hit_i = [rank_i < k]."""
+    y = y.to(logits.device)
+    s_y = logits.gather(-1, y.expand(logits.shape[:-1]).unsqueeze(-1))
+    lower = torch.arange(logits.shape[-1], device=logits.device) < y[:, None]  # [N, K]: c < y_i
+    rank = (logits > s_y).sum(-1) + ((logits == s_y) & lower).sum(-1)
+    return rank < k
 
 
 def label_dtype(num_classes: int) -> type:
