@@ -222,7 +222,7 @@ def per_head_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return -torch.log_softmax(logits, -1).gather(-1, target).squeeze(-1)
 
 
-METHODS: Registry[type[Method]] = Registry("method")
+METHODS: Registry[type[Method]] = Registry("method", base=Method, group="mr2probe.methods")
 
 
 def resolve_methods(methods: str | list[str], adapter: str) -> tuple[list[str], list[str]]:

@@ -1,0 +1,121 @@
+"""mr2probe.registry: base types, names, one build signature, and third-party plugins through entry points."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+
+import pytest
+
+from mr2probe.errors import UserError
+from mr2probe.methods import METHODS, Method
+from mr2probe.registry import Options, Registry, Spec
+
+
+class Shape(Spec):
+    """a shape"""
+
+
+@dataclass(frozen=True)
+class ShapeOptions(Options):
+    scale: float = 1.0
+
+
+class Square(Shape):
+    """a square: side arg (default 1), times scale"""
+
+    Options = ShapeOptions
+
+    @classmethod
+    def build(cls, options: ShapeOptions) -> tuple[str, float]:
+        return cls.name, float(options.arg or 1) * options.scale
+
+
+def shapes() -> Registry:
+    reg: Registry = Registry("shape", base=Shape)
+    reg.register("square")(Square)
+    reg.register("sq:")(type("SquareFamily", (Square,), {"__doc__": "squares by side"}))
+    return reg
+
+
+def test_registering_sets_the_class_name_and_builds_through_create() -> None:
+    reg = shapes()
+    assert Square.name == "square" and reg.get("sq:3").name == "sq:"
+    assert reg.create("square") == ("square", 1.0)
+    assert reg.create("sq:3", scale=2.0) == ("sq:", 6.0)
+    assert reg.lookup("sq:3") == (reg.get("sq:"), "3")
+    assert reg.describe() == {"sq:": "squares by side", "square": "a square: side arg (default 1), times scale"}
+
+
+def test_registering_checks_the_base_type_and_the_name() -> None:
+    reg = shapes()
+    with pytest.raises(TypeError, match="must be a Shape subclass"):
+        reg.register("circle")(type("Circle", (), {}))
+    with pytest.raises(TypeError, match="must be a Shape subclass"):
+        reg.register("fn")(lambda: None)
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register("square")(type("Other", (Shape,), {}))
+    with pytest.raises(TypeError, match="already registered as 'square'"):
+        reg.register("box")(Square)
+    with pytest.raises(UserError, match="unknown shape 'circle'; known: sq:, square"):
+        reg.get("circle")
+    assert "sq:1" in reg and "circle" not in reg
+
+
+def test_create_refuses_an_entry_that_is_not_a_spec() -> None:
+    reg: Registry = Registry("thing")
+    reg.register("f")(lambda: 1)
+    with pytest.raises(TypeError, match="not a Spec"):
+        reg.create("f")
+
+
+def test_every_method_is_a_method_subclass_named_by_the_registry() -> None:
+    assert METHODS.base is Method and METHODS.group == "mr2probe.methods"
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        assert issubclass(cls, Method) and cls.name == name
+
+
+# ---------------------------------------------------------------- plugins through entry points
+
+
+def fake_entry_points(monkeypatch: pytest.MonkeyPatch, group: str, **targets: str) -> list[str]:
+    """Make ``importlib.metadata.entry_points(group=group)`` return entry points ``name = "module:attr"`` (as an
+    installed distribution declaring them would); returns the list of groups asked for."""
+    asked: list[str] = []
+    eps = [metadata.EntryPoint(name, value, group) for name, value in targets.items()]
+
+    def entry_points(**kw: str) -> list[metadata.EntryPoint]:
+        asked.append(kw.get("group", ""))
+        return eps if kw.get("group") == group else []
+
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
+    return asked
+
+
+def fresh(monkeypatch: pytest.MonkeyPatch, reg: Registry) -> None:
+    """Let ``reg`` load its plugins again; undo whatever they register after the test."""
+    monkeypatch.setattr(reg, "_plugins_loaded", False)
+    monkeypatch.setattr(reg, "_items", dict(reg._items))
+    monkeypatch.setattr(reg, "_help", dict(reg._help))
+
+
+def test_a_plugin_is_loaded_lazily_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg: Registry = Registry("shape", base=Shape, group="test.shapes")
+    asked = fake_entry_points(monkeypatch, "test.shapes", cube="test_registry:Square")
+    assert asked == []  # nothing is loaded before a name is asked for
+    monkeypatch.setattr(Square, "name", "")  # the module-level registry above named it already
+    assert reg.names() == ["cube"] and reg.create("cube") == ("cube", 1.0)
+    assert reg.describe() == {"cube": "a square: side arg (default 1), times scale"}
+    assert asked == ["test.shapes"]  # once
+
+
+def test_a_broken_plugin_is_one_warning_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    reg: Registry = Registry("shape", base=Shape, group="test.shapes")
+    fake_entry_points(monkeypatch, "test.shapes", missing="no_such_module_xyz:Thing",
+                      wrong="test_registry:ShapeOptions")
+    assert reg.names() == []
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2
+    assert err[0].startswith("warning: skipped shape plugin 'missing' (no_such_module_xyz:Thing): ModuleNotFoundError")
+    assert err[1].startswith("warning: skipped shape plugin 'wrong' (test_registry:ShapeOptions): TypeError: shape "
+                             "'wrong' must be a Shape subclass")
