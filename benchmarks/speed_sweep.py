@@ -141,7 +141,7 @@ def ce_vs_sklearn(features: Path, epochs: int, lr: float) -> None:
     xt, yt = te.features.astype(np.float32), te.labels
     data = TrainData(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(xt[:10]), torch.from_numpy(yt[:10]),
                      fs.num_classes)
-    cfg = TrainConfig(epochs=epochs, batch_size=512, lrs=(lr,), weight_decays=(1e-4,), min_steps=0,
+    cfg = TrainConfig(epochs=epochs, batch_size=512, lr=(lr,), wd=(1e-4,), min_steps=0,
                       progress=False)
     spec = expand_runs(["ce"], [0], cfg)[:1]
     trained = {}

@@ -67,7 +67,7 @@ def with_settings(settings: dict[str, Setting]) -> Callable:
     def value(s: Setting, given: object) -> object:
         if s.kind == "bool":
             return not given if s.default else bool(given)
-        return parse_floats(str(given), s.flag) if s.kind == "floats" else s.check_value(given, s.flag)
+        return s.check(parse_floats(str(given), s.flag) if s.kind == "floats" else given, s.flag)
 
     def deco(fn: Callable) -> Callable:
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "settings"]
@@ -341,7 +341,7 @@ def report(
     variability.png and tradeoff.png; with several run folders also a Δ summary across them."""
     from .report import run_report
 
-    margin = REPORT["equivalence_margin"].check_value(equivalence_margin, "--equivalence-margin")
+    margin = REPORT["equivalence_margin"].check(equivalence_margin, REPORT["equivalence_margin"].flag)
     _check_shifted(test_features, class_map)
     for d in run_dirs if test_features is not None else []:
         typer.echo(_shifted_text(d, test_features, class_map, groups_on))

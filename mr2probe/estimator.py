@@ -21,7 +21,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .errors import UserError
-from .settings import estimator_settings
+from .settings import TRAIN, estimator_settings
 from .heads import ProbeConfig, ProbeStack
 from .experiment import holdout_val, select_scores
 from .trainer import TrainConfig, TrainData, expand_runs, pick_device, train_stack
@@ -116,8 +116,8 @@ class ProbeClassifier(ClassifierMixin, BaseEstimator):
     def _train_config(self, grids: dict[str, tuple[float, ...]]) -> TrainConfig:
         probe = ProbeConfig(head=self.head, adapter=self.adapter, width=int(self.width), scale=grids["scale"][0])
         return TrainConfig(epochs=int(self.epochs), min_steps=int(self.min_steps), batch_size=int(self.batch_size),
-                           lrs=grids["lr"], weight_decays=grids["wd"], l2s=grids["l2"], scales=grids["scale"],
-                           method_params={self.method: self._method_params()}, use_method_grids=False,
+                           lr=grids["lr"], wd=grids["wd"], l2=grids["l2"], scale=grids["scale"],
+                           method_params={self.method: self._method_params()}, method_grid=False,
                            probe=probe, device=self.device, progress=False)
 
     def fit(self, X: Any, y: Any) -> "ProbeClassifier":
@@ -129,8 +129,7 @@ class ProbeClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; got 1 class")
         try:
             grids = self._grids()
-            if not 0 < float(self.val_fraction) < 1:
-                raise UserError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+            TRAIN["val_fraction"].check(float(self.val_fraction), "val_fraction")
             cfg = self._train_config(grids)
             cfg.check()
             device = pick_device(cfg.device)

@@ -505,7 +505,8 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
                     feats = encoder.encode(batch_on_device(batch, encoder, split)).cpu().numpy()
                     block = (feats, batch.labels.numpy(), batch.pos.numpy())
                 else:
-                    block = (np.zeros((0, encoder.dim), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+                    empty = np.zeros(0, np.int64)
+                    block = (np.zeros((0, encoder.config.dim), np.float32), empty, empty)
                 parts = _gather(block, world)
                 if buffer is not None:
                     buffer.add(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
@@ -630,7 +631,7 @@ def extract(cfg: ExtractConfig) -> Path:
             autocast = cfg.amp
 
         def open_writer() -> FeatureWriter:
-            pre = dict(encoder.preprocessing, **pipeline_attrs(cfg.preprocess, encoder.device))
+            pre = dict(encoder.config.preprocessing(), **pipeline_attrs(cfg.preprocess, encoder.device))
             attrs = base_attrs(encoder.name, data.name, data.class_names, pre, encoder.weights_sha256)
             attrs["source"] = data.source
             attrs["autocast"] = autocast
@@ -639,7 +640,7 @@ def extract(cfg: ExtractConfig) -> Path:
             if cfg.per_class is not None:
                 attrs["subset"] = _subset(cfg)
             with interrupts.critical():
-                return FeatureWriter(out, attrs, encoder.dim, cfg.dtype, overwrite=cfg.overwrite,
+                return FeatureWriter(out, attrs, encoder.config.dim, cfg.dtype, overwrite=cfg.overwrite,
                                      checksum=cfg.checksum)
 
         writer: FeatureWriter | None = _on_rank0(open_writer)

@@ -31,7 +31,7 @@ from .runconfig import ExperimentConfig, null_seeds, replicates
 from .runstore import (FINISHED_BEFORE, SeedStack, _config_key, budget_record, config_record, finished,
                        make_out_folder, provenance, read_part, run_identity, save_run_heads, seed_stacks, write_part,
                        write_run)
-from .selection import Features, Log, Test, calibrate_budget, train_seed
+from .selection import Features, Log, Test, calibrate_budget, refit_note, refit_steps, train_seed
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE
 from .source import StreamedFeatures, resolve_max_memory, stream_layout
 from .trainer import TrainData, checkpoint_steps, expand_runs, pick_device, train_steps
@@ -204,6 +204,8 @@ def _start(run: Run, feature_bytes: int) -> dict[int, list[int]] | None:
         run.log(f"features ({feature_bytes / 2**20:.1f} MiB as float32) exceed --max-memory ({cap:.1f} MiB): "
                 f"streamed from the file in blocks of {run.stream['block_rows']} rows "
                 f"({run.stream['piece_rows']}-row pieces); the data order differs from an in-memory run")
+    if cfg.refit:
+        run.log(refit_note(len(run.data.y), len(run.data.val_y)))
     return checkpoints
 
 
@@ -303,7 +305,9 @@ def _train_parts(mine: list[SeedStack], run: Run) -> None:
     """Train the seed stacks ``mine`` under one progress bar (shown on rank 0), writing each one's part files."""
     rank, world = rank_world()
     cfg = run.cfg
-    steps = {e: train_steps(len(ep["rows"]), cfg.train) for e, ep in run.episodes.items()}
+    steps = {e: train_steps(len(ep["rows"]), cfg.train)
+             + (refit_steps(len(ep["rows"]), len(run.data.val_y), cfg.train) if cfg.refit else 0)
+             for e, ep in run.episodes.items()}
     heads = len(expand_runs([m for m in cfg.methods if m not in REFERENCE_PROBES], [0], cfg.train))
     with progress_bar(f"sweep: {len(cfg.methods)} methods, {heads} heads per seed; {len(mine)} seed stacks to train"
                       + (f" on rank {rank} of {world}" if world > 1 else ""),

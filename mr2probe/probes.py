@@ -31,7 +31,8 @@ engineering. They sit beside the trained methods; their hyperparameter is chosen
 
 Ties: a tied vote goes to the lowest class index (``argmax``, as sklearn's ``predict``); equal similarities at
 the k-th place are broken by ``torch.topk``, which need not pick the same neighbour as sklearn. Selection: first
-best grid point in grid order (ascending C, ascending k by default). The final model is trained on train only.
+best grid point in grid order (ascending C, ascending k by default). The final model is trained on train only;
+under ``--refit`` it is fitted again on train ∪ val at the chosen C / k (:func:`refit_reference_probe`).
 
 On CPU every result is deterministic; on CUDA the kNN vote sums use atomic adds (bitwise noise, so an exact
 vote tie may resolve differently between runs).
@@ -492,6 +493,26 @@ def fit_reference_probe(name: str, x: torch.Tensor, y: torch.Tensor, val_x: torc
     res = fn(x_, y_, vx, vy, tx, int(num_classes), select, **overrides)
     res.info.update({"select": select, "device": str(dev), "wall_s": time.perf_counter() - t0})
     return res
+
+
+def chosen_options(res: ProbeResult) -> dict[str, Any]:
+    """The options that fit exact probe ``res.name`` at its chosen grid point alone: ``C`` (logreg), or ``k`` with
+    its weighting and temperature (knn)."""
+    hp = res.hparams
+    if res.name == "knn":
+        return {"k": hp["k"], "weighting": hp["weighting"],
+                **({"temperature": hp["temperature"]} if hp.get("temperature") is not None else {})}
+    return {"C": hp["C"]}
+
+
+def refit_reference_probe(res: ProbeResult, x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor,
+                          val_y: torch.Tensor, test_x: torch.Tensor | None, num_classes: int, select: str = "acc",
+                          device: torch.device | str | None = None) -> ProbeResult:
+    """Exact probe ``res`` fitted again on (x, y) — train ∪ val under ``--refit`` — at the hyperparameters chosen
+    on val (:func:`chosen_options`): a one-point grid, so val plays no part in it (its val score is no longer
+    held out)."""
+    return fit_reference_probe(res.name, x, y, val_x, val_y, test_x, num_classes, select, device,
+                               **chosen_options(res))
 
 
 # ---- validation ------------------------------------------------------------------------------------------------

@@ -12,7 +12,10 @@ shims of this module and nowhere else:
 * a run's ``grid`` as one dict per point (before the column layout): read by :func:`~mr2probe.jsonfile.grid_rows`;
 * ``config.train`` without ``search`` (before successive halving, and every full search until this schema) or
   ``budget_rule`` (before budget rules): ``full`` and ``floor``, what those runs did;
-* no ``reference``: the first method of the lowest seed.
+* no ``reference``: the first method of the lowest seed;
+* ``config.train``'s grids and method-grid switch under their earlier names (``lrs``, ``weight_decays``, ``l2s``,
+  ``scales``, ``use_method_grids``; :data:`LEGACY_TRAIN_NAMES`): read under the settings' names (``lr``, ``wd``,
+  ``l2``, ``scale``, ``method_grid``), which results.json has held since.
 
 Other absent fields stay absent (None): a setting that did not exist then is not claimed to have had today's
 default.
@@ -32,6 +35,10 @@ SCHEMA = "mr2probe.results/2"
 LEGACY_SCHEMA = "mr2probe.results/1"  # every results.json written before the schema field
 AS_MADE = ("provenance", "notes", "config", "mr2probe_version", "schema")  # how a run was made, not its numbers
 LEGACY_TRAIN_DEFAULTS = {"search": "full", "budget_rule": "floor"}  # what a run made before the setting did
+LEGACY_TRAIN_NAMES = {"lrs": "lr", "weight_decays": "wd", "l2s": "l2", "scales": "scale",
+                      "use_method_grids": "method_grid"}
+"""``config.train`` keys of earlier results.json files → the settings' names (:data:`~mr2probe.settings.TRAIN`)
+they are read under; part keys are still hashed under the earlier names (``runstore.KEY_NAMES``)."""
 
 
 @dataclass
@@ -39,11 +46,13 @@ class RunRecord:
     """One run of the table: ``method`` on ``seed`` (and training-profile ``episode``) with the grid point
     selected on val (``hparams``, its ``val_score`` under ``select``), scored once on test (``test_acc``,
     ``per_class_acc``; ``test_top5_acc``: the share of test images whose class is among the head's 5 largest
-    logits (logreg: its fitted model's), None for knn and runs made before it was stored); ``grid``: every grid
-    point, one dict per point (``hparams``, ``val_score``, and under the checkpoints rule / successive halving
-    ``checkpoint_step`` / ``stopped_at``). ``checkpoint_step`` / ``checkpoint_val_scores``: the selected head's
-    checkpoint under the checkpoints rule; ``reference_probe``: an exact probe's fit details; ``info``: what the
-    method records of itself (MR2: ``margins``, ``variability``, ``s_bar``)."""
+    logits (logreg: its fitted model's, knn: its vote shares), None for runs made before it was stored);
+    ``grid``: every grid point, one dict per point (``hparams``, ``val_score``, and under the checkpoints rule /
+    successive halving ``checkpoint_step`` / ``stopped_at``). ``checkpoint_step`` / ``checkpoint_val_scores``:
+    the selected head's checkpoint under the checkpoints rule; ``reference_probe``: an exact probe's fit details;
+    ``refit``: under ``--refit``, what the head scored on test was trained again on (``train_rows`` = N_train +
+    N_val, and for trained heads ``epochs`` and ``steps``), None for a head trained on train alone (and every
+    older run); ``info``: what the method records of itself (MR2: ``margins``, ``variability``, ``s_bar``)."""
 
     method: str
     seed: int
@@ -67,6 +76,7 @@ class RunRecord:
         """The run's name in predictions.npz and heads.safetensors: ``method/seed``."""
         return f"{self.method}/{self.seed}"
 
+    refit: dict[str, Any] | None = None
     @property
     def margins(self) -> list[float] | None:
         """MR2's per-class margins γ_k, when the method records them."""
@@ -93,7 +103,8 @@ class RunRecord:
              "test_top5_acc": self.test_top5_acc, "per_class_acc": self.per_class_acc,
              "val_per_class_acc": self.val_per_class_acc, "grid": grid_columns(self.grid),
              "checkpoint_step": self.checkpoint_step, "checkpoint_val_scores": self.checkpoint_val_scores,
-             "stack_wall_time_s": self.stack_wall_time_s, "reference_probe": self.reference_probe}
+             "stack_wall_time_s": self.stack_wall_time_s, "reference_probe": self.reference_probe,
+             "refit": self.refit}
         return {**{k: v for k, v in d.items() if v is not None}, **self.info, "episode": self.episode}
 
     def check(self, k: int) -> None:
@@ -198,7 +209,8 @@ class RunResults:
         reference = d.get("reference") or min(runs, key=lambda r: r.seed).method
         config = dict(d.get("config") or {})
         if "train" in config:
-            config["train"] = {**LEGACY_TRAIN_DEFAULTS, **config["train"]}
+            config["train"] = {**LEGACY_TRAIN_DEFAULTS,
+                               **{LEGACY_TRAIN_NAMES.get(k, k): v for k, v in config["train"].items()}}
         res = cls(class_names=list(d["class_names"]), test_class_counts=list(d["test_class_counts"]), runs=runs,
                   reference=reference, head=d.get("head", "?"), adapter=d.get("adapter", "none"),
                   null_control=d.get("null_control"), budget=Budget.from_dict(d.get("budget")),

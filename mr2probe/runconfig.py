@@ -3,7 +3,7 @@ trainer settings) and :func:`config_from_settings`, which builds it from :data:`
 ``mr2probe train``, a suite's cell and the estimators alike; the replicates (seed, episode) a config trains."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ from .heads import ProbeConfig
 from .methods import METHODS
 from .probes import REFERENCE_PROBES, SELECT
 from .profiles import Profile, parse_profile
-from .settings import TRAIN, resolved
+from .settings import TRAIN, check_all, resolved
 from .source import parse_size
 from .trainer import TrainConfig, method_hparams
 
@@ -36,6 +36,7 @@ class ExperimentConfig:
     profile: Profile = field(default_factory=Profile)  # training-set profile (train only; val and test untouched)
     train: TrainConfig = field(default_factory=TrainConfig)
     max_memory: int | str = TRAIN["max_memory"].default  # feature memory cap: bytes, "512MB", … or "auto" (source.py)
+    refit: bool = TRAIN["refit"].default  # selected heads trained again on train ∪ val (selection.refit_heads)
 
     @property
     def reference_method(self) -> str:
@@ -58,9 +59,10 @@ class ExperimentConfig:
         if self.train.budget_rule == "reach-logreg" and reference in REFERENCE_PROBES:
             raise UserError(f"--budget-rule reach-logreg calibrates the reference's steps; the reference {reference} "
                             "is not trained in steps (pass --reference ce)")
-        TRAIN["select"].check_choice(self.select, "--select")
-        if not 0 < self.val_fraction < 1:
-            raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+        if self.refit and self.profile.kind != "full":
+            raise UserError(f"--refit adds the val rows to the training rows, which the training profile "
+                            f"{self.profile.describe()} fixes; drop --refit or use the full profile")
+        check_all(TRAIN, {f.name: getattr(self, f.name) for f in fields(self)})  # select, val_fraction
         parse_size(self.max_memory)
 
     def _check_method(self, m: str) -> None:
@@ -74,17 +76,15 @@ class ExperimentConfig:
         method_hparams(m, self.train)  # unknown or invalid --set values: refused before anything is written
 
 
-# TrainConfig's field of each setting whose field has another name (trainer.py)
-TRAIN_FIELDS = {"lr": "lrs", "wd": "weight_decays", "l2": "l2s", "scale": "scales", "method_grid": "use_method_grids"}
 TRAIN_CONFIG_SETTINGS = ("epochs", "batch_size", "lr", "wd", "l2", "min_steps", "budget_rule", "max_steps", "search",
                          "scale", "method_grid", "device", "compile", "cuda_graph", "tf32")
-"""The settings that are :class:`TrainConfig` fields (under the name :data:`TRAIN_FIELDS` gives, else their own)."""
+"""The settings that are :class:`TrainConfig` fields, under their own names."""
 
 
 def train_config(v: dict[str, Any], probe: ProbeConfig, method_params: dict[str, dict[str, Any]] | None,
                  progress: bool) -> TrainConfig:
     """The :class:`TrainConfig` of resolved settings ``v`` (grids as tuples)."""
-    given = {TRAIN_FIELDS.get(n, n): tuple(v[n]) if TRAIN[n].kind == "floats" else v[n] for n in TRAIN_CONFIG_SETTINGS}
+    given = {n: tuple(v[n]) if TRAIN[n].kind == "floats" else v[n] for n in TRAIN_CONFIG_SETTINGS}
     return TrainConfig(**given, method_params={m: dict(p) for m, p in (method_params or {}).items()}, probe=probe,
                        progress=progress)
 
@@ -101,7 +101,7 @@ def config_from_settings(features: Path, out: Path, methods: list[str], seeds: l
                         learn_scale=v["learn_scale"])
     return ExperimentConfig(features=Path(features), out=Path(out), methods=list(methods), seeds=list(seeds),
                             select=v["select"], val_fraction=v["val_fraction"], reference=v["reference"],
-                            null=v["null"], train=train_config(v, probe, method_params, progress),
+                            null=v["null"], refit=v["refit"], train=train_config(v, probe, method_params, progress),
                             max_memory=parse_size(v["max_memory"]),
                             profile=parse_profile(profile, v["episodes"], v["profile_seed"]))
 

@@ -26,13 +26,18 @@ from .featurestore import FeatureSet
 from .heads import ProbeConfig
 from .jsonfile import atomic_json
 from .predfile import LABELS, load_predictions, save_predictions
-from .results import Budget, RunRecord, RunResults
+from .results import LEGACY_TRAIN_NAMES, Budget, RunRecord, RunResults
 from .runconfig import ExperimentConfig
 from .settings import BUDGET_RULES
 from .trainer import TrainConfig, budget, search_schedule
 
 HEADS_FORMAT = "mr2probe.heads/1"
-LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of ``scales`` in every linear-head part key
+LINEAR_KEY_SCALES = (8.0, 16.0, 32.0, 64.0)  # the value of the ``scale`` grid in every linear-head part key
+KEY_NAMES = {new: old for old, new in LEGACY_TRAIN_NAMES.items()}
+"""The part key's name of each :class:`TrainConfig` field that was renamed to its setting's name (lr → lrs, wd →
+weight_decays, l2 → l2s, scale → scales, method_grid → use_method_grids: the field names the keys of earlier parts
+were hashed under, as results.json held them then): a part key is built under those names, so a resumed run still
+finds the parts it finished before the rename."""
 ENGINE_SETTINGS = ("compile", "cuda_graph", "tf32")  # how a GPU runs the step: the same heads within float rounding
 FINISHED_BEFORE = ("this run is finished: the folder's results.json was made by the same settings from features of the "
                    "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
@@ -85,11 +90,11 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
     bars), so `train -q` and `bench` share parts; ``stream`` (block and piece rows, which fix the streamed data
     order) only when the features are streamed, so in-memory keys are unchanged. Left out besides the progress
     bars: ``chunk_mib``, how the CPU groups the heads (the same heads, equal within float rounding)."""
-    train = _keyed_train(asdict(cfg.train))
+    train = {KEY_NAMES.get(k, k): v for k, v in _keyed_train(asdict(cfg.train)).items()}
     if cfg.train.probe.head != "cosine":
         # the cosine scale (grid, start value, learnable) does not touch a linear head: its key holds fixed values,
         # those of the default before the grid was widened to 256, so that parts finished then are still found
-        train["scales"] = LINEAR_KEY_SCALES
+        train[KEY_NAMES["scale"]] = LINEAR_KEY_SCALES
         train["probe"] = {**train["probe"], "scale": LINEAR_KEY_SCALES[0], "learn_scale": False}
     key = {"features": features_hash, "methods": cfg.methods, "train": train, "select": cfg.select,
            "val": [cfg.val_fraction, cfg.val_seed]}
@@ -99,6 +104,8 @@ def _config_key(cfg: ExperimentConfig, features_hash: str, stream: dict[str, int
         key["mr2_stats_on"] = "input"  # MR2's default under a cosine head since parts trained on z/‖z‖: not reused
     if stream:
         key["stream"] = stream
+    if cfg.refit:  # only then, so keys of runs without the refit are unchanged
+        key["refit"] = True
     blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -184,7 +191,7 @@ def config_record(cfg: ExperimentConfig) -> dict[str, Any]:
     """results.json's ``config``: the run's settings as given."""
     return {"methods": cfg.methods, "seeds": cfg.seeds, "null": cfg.null, "select": cfg.select,
             "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "train": asdict(cfg.train),
-            "max_memory": cfg.max_memory}
+            "max_memory": cfg.max_memory, **({"refit": True} if cfg.refit else {})}
 
 
 def run_identity(config: dict[str, Any], profile: dict[str, Any], reference: str, content_hash: str | None,
@@ -196,10 +203,11 @@ def run_identity(config: dict[str, Any], profile: dict[str, Any], reference: str
     config = json.loads(json.dumps(config, default=str))  # tuples as lists, as results.json holds them
     train = _keyed_train(config["train"])
     if train["probe"]["head"] != "cosine":
-        train = {**train, "scales": None, "probe": {**train["probe"], "scale": None, "learn_scale": None}}
+        train = {**train, "scale": None, "probe": {**train["probe"], "scale": None, "learn_scale": None}}
     ident = {"train": train, "reference": reference, "features": content_hash, "stream": stream,
              "profile": {k: v for k, v in profile.items() if k != "describe"},
-             **{k: config[k] for k in ("methods", "seeds", "null", "select", "val_fraction", "val_seed")}}
+             **{k: config[k] for k in ("methods", "seeds", "null", "select", "val_fraction", "val_seed")},
+             **({"refit": True} if config.get("refit") else {})}
     return json.dumps(ident, sort_keys=True, default=str)
 
 

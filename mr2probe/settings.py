@@ -18,6 +18,7 @@ or None = cuda if available).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,11 @@ BUDGET_RULES = {"floor": "max(epochs · ⌈N_train / batch⌉, min_steps) optimi
 class Setting:
     """One setting: ``name`` (CLI ``--name-with-dashes``, suite key, estimator parameter), ``kind`` (see
     :data:`KINDS`), ``default``, ``help``; ``estimator``: the estimators' default when they take it, else
-    :data:`NO_ESTIMATOR`. A bool that defaults to True appears on the CLI as ``--no-NAME``."""
+    :data:`NO_ESTIMATOR`. A bool that defaults to True appears on the CLI as ``--no-NAME``.
+
+    The values it may take, declared here and checked by :meth:`check` wherever it is given: ``choices`` (a str
+    setting), and for a number (each value of a grid) the bounds ``low`` ≤ v (``low_open``: low < v) and
+    v ≤ ``high`` (``high_open``: v < high); a grid is never empty and its values are finite."""
 
     name: str
     kind: str
@@ -62,7 +67,10 @@ class Setting:
     help: str
     estimator: Any = NO_ESTIMATOR
     choices: tuple[str, ...] = ()  # the values a str setting may take (empty: any)
-    above: float | None = None  # a number setting must be greater than this (None: any)
+    low: float | None = None  # a number must be ≥ low (> low with low_open); None: no lower bound
+    high: float | None = None  # a number must be ≤ high (< high with high_open); None: no upper bound
+    low_open: bool = False
+    high_open: bool = False
 
     @property
     def flag(self) -> str:
@@ -70,38 +78,73 @@ class Setting:
         dashed = self.name.replace("_", "-")
         return f"--no-{dashed}" if self.kind == "bool" and self.default else f"--{dashed}"
 
-    def check(self, value: Any, where: str) -> Any:
-        """``value`` as this setting's type (a grid as a tuple of floats); a one-line :class:`UserError` if it is
-        not one."""
-        number = (int, float)
-        if self.kind == "floats":
-            vals = value if isinstance(value, (list, tuple)) else [value]
-            if vals and all(isinstance(v, number) and not isinstance(v, bool) for v in vals):
-                return tuple(float(v) for v in vals)
-        elif self.kind == "int" and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        elif self.kind == "float" and isinstance(value, number) and not isinstance(value, bool):
-            return self.check_value(float(value), f"{where}: {self.name}")
-        elif self.kind == "bool" and isinstance(value, bool):
-            return value
-        elif self.kind in ("str", "device") and isinstance(value, str):
-            return self.check_value(value, f"{where}: {self.name}")
-        elif self.kind == "size" and isinstance(value, (str, int)) and not isinstance(value, bool):
-            return value
-        raise UserError(f"{where}: {self.name} must be {_KIND_TEXT[self.kind]}, got {value!r}")
+    @property
+    def rule(self) -> str:
+        """The bounds as words: ``> 0``, ``≥ 1``, ``in (0, 1)``; ``finite and …`` for a grid; "" without bounds."""
+        lo, hi = self.low, self.high
+        if lo is not None and hi is not None:
+            bound = f"in {'(' if self.low_open else '['}{lo:g}, {hi:g}{')' if self.high_open else ']'}"
+        elif lo is not None:
+            bound = f"{'>' if self.low_open else '≥'} {lo:g}"
+        elif hi is not None:
+            bound = f"{'<' if self.high_open else '≤'} {hi:g}"
+        else:
+            bound = ""
+        return f"finite and {bound}" if self.kind == "floats" and bound else ("finite" if self.kind == "floats"
+                                                                              else bound)
 
+    def within(self, v: float) -> bool:
+        """Whether the number ``v`` is inside the bounds (a grid value: and finite)."""
+        lo_ok = self.low is None or (v > self.low if self.low_open else v >= self.low)
+        hi_ok = self.high is None or (v < self.high if self.high_open else v <= self.high)
+        return lo_ok and hi_ok and (self.kind != "floats" or math.isfinite(v))
+
+    def check(self, value: Any, flag: str) -> Any:
+        """``value`` if this setting may take it (:attr:`choices`, the bounds; a grid non-empty and finite), else
+        one line: ``"{flag} must be > 0, got -1"``, ``"{flag} values must be finite and > 0, got [0.1, 0.0]"``,
+        ``"{flag} must be one of …"``. None (a default chosen at run time) passes."""
+        if self.kind == "floats":
+            vals = list(value)
+            if not vals or not all(self.within(v) for v in vals):
+                raise UserError(f"{flag} values must be {self.rule}, got {vals}")
+        elif self.kind in ("int", "float") and value is not None and not self.within(value):
+            raise UserError(f"{flag} must be {self.rule}, got {value:g}")
+        return self.check_choice(value, flag)
 
     def check_choice(self, value: Any, label: str) -> Any:
-        """``value`` if it is one of :attr:`choices` (or there are none); else a one-line :class:`UserError`."""
-        if self.choices and value not in self.choices:
+        """``value`` if it is one of :attr:`choices` (or there are none, or it is None); else a one-line
+        :class:`UserError`."""
+        if self.choices and value is not None and value not in self.choices:
             raise UserError(f"{label} must be one of {', '.join(self.choices)}, got {value!r}")
         return value
 
-    def check_value(self, value: Any, label: str) -> Any:
-        """:meth:`check_choice`, and for a number the bound :attr:`above`; a one-line :class:`UserError` if not."""
-        if self.above is not None and isinstance(value, (int, float)) and not value > self.above:
-            raise UserError(f"{label} must be > {self.above:g}, got {value:g}")
-        return self.check_choice(value, label)
+    def parse(self, value: Any, where: str) -> Any:
+        """``value`` of a suite's or a file's table as this setting's type (a grid as a tuple of floats), checked
+        by :meth:`check` (labelled ``"{where}: {name}"``); a one-line :class:`UserError` if it is not one."""
+        number = (int, float)
+        label = f"{where}: {self.name}"
+        if self.kind == "floats":
+            vals = value if isinstance(value, (list, tuple)) else [value]
+            if vals and all(isinstance(v, number) and not isinstance(v, bool) for v in vals):
+                return self.check(tuple(float(v) for v in vals), label)
+        elif self.kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return self.check(value, label)
+        elif self.kind == "float" and isinstance(value, number) and not isinstance(value, bool):
+            return self.check(float(value), label)
+        elif self.kind == "bool" and isinstance(value, bool):
+            return value
+        elif self.kind in ("str", "device") and isinstance(value, str):
+            return self.check(value, label)
+        elif self.kind == "size" and isinstance(value, (str, int)) and not isinstance(value, bool):
+            return value
+        raise UserError(f"{label} must be {_KIND_TEXT[self.kind]}, got {value!r}")
+
+
+def check_all(settings: dict[str, Setting], values: dict[str, Any]) -> None:
+    """:meth:`Setting.check` of every setting of ``settings`` that ``values`` holds, labelled by its CLI flag."""
+    for name, value in values.items():
+        if name in settings:
+            settings[name].check(value, settings[name].flag)
 
 
 _KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
@@ -122,9 +165,9 @@ def parse_floats(text: str, flag: str) -> tuple[float, ...]:
 
 TRAIN: dict[str, Setting] = {s.name: s for s in [
     Setting("epochs", "int", 30, "Training epochs; the budget is max(epochs · ⌈N/batch_size⌉, min_steps) optimiser "
-            "steps, the same for every method (no epoch is picked on test).", estimator=30),
+            "steps, the same for every method (no epoch is picked on test).", estimator=30, low=1),
     Setting("min_steps", "int", 1000, "Floor of the training budget in optimiser steps, so small and few-shot sets "
-            "converge (0 = epochs alone).", estimator=1000),
+            "converge (0 = epochs alone).", estimator=1000, low=0),
     Setting("budget_rule", "str", "floor", "Step budget: floor (max(epochs · ⌈N/batch_size⌉, min_steps)), "
             f"reach-logreg (min_steps doubled until the reference's val score is within {EXACT_PROBE_TOLERANCE:g} "
             f"point of {EXACT_PROBE}'s, up to max_steps; protocol: the reference must not be under-fit) or "
@@ -132,32 +175,38 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
             "ending at each; the checkpoint is selected on val per method like lr).",
             choices=tuple(BUDGET_RULES)),
     Setting("max_steps", "int", 32000, "Ceiling in optimiser steps of the reach-logreg budget rule and of the "
-            "checkpoints rule's last checkpoint."),
+            "checkpoints rule's last checkpoint.", low=1),
     Setting("search", "str", "full", "Grid search: full (every grid point trained for the whole budget), halving "
             "(successive halving, η = 3: at 1/9 and 1/3 of the step budget each method keeps the best third of its "
             "heads on val, the others stop; selection among the heads that reach the budget) or halving-restarts "
             "(the same, with the cosine schedule restarted at each rung, so heads are ranked annealed).",
             choices=("full", "halving", "halving-restarts")),
-    Setting("batch_size", "int", 512, "Training batch size.", estimator=512),
-    Setting("lr", "floats", (1e-3, 1e-2), "Learning-rate grid, selected on val.", estimator=None),
-    Setting("wd", "floats", (1e-4, 1e-1), "AdamW (decoupled) weight-decay grid, selected on val.", estimator=None),
+    Setting("batch_size", "int", 512, "Training batch size.", estimator=512, low=2),
+    Setting("lr", "floats", (1e-3, 1e-2), "Learning-rate grid, selected on val.", estimator=None, low=0.0,
+            low_open=True),
+    Setting("wd", "floats", (1e-4, 1e-1), "AdamW (decoupled) weight-decay grid, selected on val.", estimator=None,
+            low=0.0),
     Setting("l2", "floats", (0.0,), "Grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights (the objective of "
-            "L2 logistic regression with l2 = 1/(C·n)), selected on val.", estimator=None),
+            "L2 logistic regression with l2 = 1/(C·n)), selected on val.", estimator=None, low=0.0),
     Setting("method_grid", "bool", True, "Also search the methods' own grids (e.g. MR2's c̄); off: only lr × wd × "
             "l2 × scale."),
-    Setting("width", "int", 256, "Adapter output width.", estimator=256),
+    Setting("width", "int", 256, "Adapter output width.", estimator=256, low=1),
     Setting("scale", "floats", (8.0, 16.0, 32.0, 64.0, 128.0, 256.0), "Cosine-head scale grid s, selected on val "
-            "for every method alike; one value fixes it.", estimator=16.0),
+            "for every method alike; one value fixes it.", estimator=16.0, low=0.0, low_open=True),
     Setting("learn_scale", "bool", False, "Make the cosine scale trainable (from each grid value)."),
     Setting("select", "str", "acc", "Val score of the grid: acc (overall) or macc (mean per-class).",
             choices=("acc", "macc")),
+    Setting("refit", "bool", False, "After selection on val, train each method's chosen grid point again on train "
+            "+ val (the same epochs, so more steps; exact probes at their chosen C / k) and score that head on test; "
+            "the val scores and the groups ranked on val stay the selection runs'."),
     Setting("val_fraction", "float", 0.1, "Stratified hold-out of train when the file has no val split (the "
-            "estimators: the hold-out that chooses the grid point).", estimator=0.2),
+            "estimators: the hold-out that chooses the grid point).", estimator=0.2, low=0.0, high=1.0,
+            low_open=True, high_open=True),
     Setting("reference", "str", "ce", "Method that defines the hard / medium / easy groups and the Δ columns."),
     Setting("null", "bool", True, "Train the null control: the reference again on seeds N..2N-1, scored like a "
             "method."),
     Setting("episodes", "int", 1, "Seeded draws of a training profile, averaged like seeds (e.g. --train-profile "
-            "shots:5 --episodes 5)."),
+            "shots:5 --episodes 5).", low=1),
     Setting("profile_seed", "int", 0, "Seed of the training profile's class order and draws."),
     Setting("max_memory", "size", "8GiB", "Memory for features: if train+val+test as float32 fit in SIZE they are "
             "loaded onto the device, else streamed from the file in shuffled blocks of about SIZE/2 (another data "
@@ -179,7 +228,7 @@ REPORT: dict[str, Setting] = {s.name: s for s in [
             "many papers do).", choices=tuple(GROUPS_ON)),
     Setting("equivalence_margin", "float", 1.0, "Equivalence margin m of the tables' verdicts, in points: a method "
             "is 'equivalent' to the reference when the TOST at ±m rejects (its 90% CI inside ±m) and the difference "
-            "is not significant.", above=0.0),
+            "is not significant.", low=0.0, low_open=True),
 ]}
 """The report's settings: flags of ``train`` and ``report``, keys of a suite's ``[train]`` table beside the training
 settings; how the tables are read, not part of a run's config (:func:`split_report`)."""
@@ -200,7 +249,7 @@ def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None
                 raise UserError(f"{where}: {key} has the wrong type ({value!r})")
             out[key] = value
         else:
-            out[key] = TABLE[key].check(value, where)
+            out[key] = TABLE[key].parse(value, where)
     return out
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -41,7 +41,7 @@ from .losses import LossTables, stack_loss, stack_loss_and_ce
 from .methods import METHODS, Batch, FitContext, Method
 from .optim import StackedAdamW
 from .progress import progress_bar
-from .settings import TRAIN
+from .settings import TRAIN, check_all
 from .source import StreamedFeatures
 
 EVAL_CHUNK = 8192
@@ -61,19 +61,19 @@ class TrainConfig:
     # the defaults are the settings' (mr2probe.settings.TRAIN, declared once)
     epochs: int = TRAIN["epochs"].default
     batch_size: int = TRAIN["batch_size"].default
-    lrs: tuple[float, ...] = TRAIN["lr"].default
-    weight_decays: tuple[float, ...] = TRAIN["wd"].default
+    lr: tuple[float, ...] = TRAIN["lr"].default  # learning-rate grid
+    wd: tuple[float, ...] = TRAIN["wd"].default  # AdamW (decoupled) weight-decay grid
     min_steps: int = TRAIN["min_steps"].default  # floor of the budget in optimiser steps
     budget_rule: str = TRAIN["budget_rule"].default  # floor; reach-logreg: min_steps calibrated (experiment.py);
     # checkpoints: one run to the largest checkpoint, each head's best checkpoint on val (checkpoint_steps)
     max_steps: int = TRAIN["max_steps"].default  # ceiling of the reach-logreg calibration and of the checkpoints
     search: str = TRAIN["search"].default  # full: every grid point to the budget; halving: halving_rungs
-    l2s: tuple[float, ...] = TRAIN["l2"].default  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights
-    scales: tuple[float, ...] = TRAIN["scale"].default  # cosine-head scale grid, selected on val
+    l2: tuple[float, ...] = TRAIN["l2"].default  # grid of a coupled L2 penalty ½·l2·‖W‖² on linear-head weights
+    scale: tuple[float, ...] = TRAIN["scale"].default  # cosine-head scale grid, selected on val
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # fixed overrides per method
-    use_method_grids: bool = True
+    method_grid: bool = TRAIN["method_grid"].default  # also search the methods' own grids
     probe: ProbeConfig = field(default_factory=ProbeConfig)
-    device: str | None = None
+    device: str | None = TRAIN["device"].default
     progress: bool = True
     # CPU only: the heads of a stack are trained in consecutive groups whose per-batch activations (logits [h, B, K]
     # and any adapter outputs, in the features' dtype; :func:`chunk_size`) take at most this many MiB (whole methods
@@ -90,27 +90,12 @@ class TrainConfig:
 
     def check(self) -> None:
         self.probe.check()
-        if self.epochs < 1:
-            raise UserError(f"--epochs must be ≥ 1, got {self.epochs}")
-        if self.batch_size < 2:
-            raise UserError(f"--batch-size must be ≥ 2, got {self.batch_size}")
-        if not self.lrs or any(not 0 < lr < float("inf") for lr in self.lrs):
-            raise UserError(f"--lr values must be finite and > 0, got {list(self.lrs)}")
-        if not self.weight_decays or any(not 0 <= wd < float("inf") for wd in self.weight_decays):
-            raise UserError(f"--wd values must be finite and ≥ 0, got {list(self.weight_decays)}")
-        if self.min_steps < 0:
-            raise UserError(f"--min-steps must be ≥ 0, got {self.min_steps}")
-        TRAIN["budget_rule"].check_choice(self.budget_rule, "--budget-rule")
-        TRAIN["search"].check_choice(self.search, "--search")
-        TRAIN["compile"].check_choice(self.compile, "--compile")
-        if self.max_steps < 1:
-            raise UserError(f"--max-steps must be ≥ 1, got {self.max_steps}")
-        if not self.l2s or any(not 0 <= v < float("inf") for v in self.l2s):
-            raise UserError(f"--l2 values must be finite and ≥ 0, got {list(self.l2s)}")
-        if any(self.l2s) and self.probe.head != "linear":
+        """Every field that is a setting within what :data:`~mr2probe.settings.TRAIN` declares
+        (:meth:`~mr2probe.settings.Setting.check`), the probe valid, and an L2 penalty only on a linear head; else
+        one :class:`UserError`."""
+        check_all(TRAIN, {f.name: getattr(self, f.name) for f in fields(self)})
+        if any(self.l2) and self.probe.head != "linear":
             raise UserError("--l2 penalises linear-head weights; a cosine head normalises them (use --wd)")
-        if not self.scales or any(not 0 < s < float("inf") for s in self.scales):
-            raise UserError(f"--scale values must be finite and > 0, got {list(self.scales)}")
 
 
 def budget(n: int, cfg: TrainConfig, epochs: int | None = None) -> tuple[int, int]:
@@ -225,12 +210,12 @@ def method_hparams(method: str, cfg: TrainConfig) -> list[dict[str, Any]]:
     if unknown:
         raise UserError(f"method {method!r} has no hyperparameter {', '.join(sorted(unknown))}; it has: "
                         f"{', '.join(sorted(cls.defaults)) or 'none'}")
-    grid = {"lr": list(cfg.lrs), "weight_decay": list(cfg.weight_decays)}
+    grid = {"lr": list(cfg.lr), "weight_decay": list(cfg.wd)}
     if cfg.probe.head == "cosine":
-        grid["scale"] = list(cfg.scales)
-    if tuple(cfg.l2s) != (0.0,):
-        grid["l2"] = list(cfg.l2s)
-    if cfg.use_method_grids:
+        grid["scale"] = list(cfg.scale)
+    if tuple(cfg.l2) != (0.0,):
+        grid["l2"] = list(cfg.l2)
+    if cfg.method_grid:
         grid.update({k: v for k, v in cls.grid.items() if k not in fixed})
         if cfg.probe.adapter != "none":  # grids that matter only with a trainable adapter (MR2's λ)
             grid.update({k: v for k, v in cls.adapter_grid.items() if k not in fixed})

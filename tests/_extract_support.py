@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from mr2probe.encoders import ENCODERS, TorchEncoder
+from mr2probe.encoders import ENCODERS, EncoderConfig, EncoderOptions, EncoderSpec, TorchEncoder
 
 NAME = "test-engine-tinyconv"
 DIM = 16
@@ -30,13 +30,18 @@ class TinyConv(torch.nn.Module):
         return x.mean(dim=(2, 3)).float()
 
 
-def build(arg: str, weights) -> TorchEncoder:
-    pre = {"resize": 32, "crop": 32, "interpolation": "bilinear", "mean": [0.5] * 3, "std": [0.5] * 3}
-    return TorchEncoder(NAME, TinyConv(), DIM, pre, weights_sha256="0" * 64)
+class TinyConvSpec(EncoderSpec):
+    """test only: tiny seeded conv net, 16-d, 32 px"""
+
+    config = EncoderConfig(dim=DIM, input_size=(3, 32, 32), crop_pct=1.0, mean=(0.5,) * 3, std=(0.5,) * 3)
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> TorchEncoder:
+        return TorchEncoder(NAME, TinyConv(), cls.config, weights_sha256="0" * 64)
 
 
 if NAME not in ENCODERS:
-    ENCODERS.register(NAME, help="test only: tiny seeded conv net, 16-d, 32 px")(build)
+    ENCODERS.register(NAME)(TinyConvSpec)
 
 
 if __name__ == "__main__":

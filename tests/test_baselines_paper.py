@@ -295,8 +295,8 @@ def train_and_test(data: TrainData, tx: torch.Tensor, ty: torch.Tensor, runs: li
                    seed: int, head: str = "linear", epochs: int = 150, lr: float = 0.05
                    ) -> dict[str, torch.Tensor]:
     """Per-class test accuracy [K] of each (label, method, overrides) run, all in one stack (Adam, cosine lr)."""
-    cfg = TrainConfig(epochs=epochs, batch_size=64, lrs=(lr,), weight_decays=(1e-4,), probe=ProbeConfig(head=head),
-                      device="cpu", progress=False, use_method_grids=False, min_steps=0, scales=(16.0,))
+    cfg = TrainConfig(epochs=epochs, batch_size=64, lr=(lr,), wd=(1e-4,), probe=ProbeConfig(head=head),
+                      device="cpu", progress=False, method_grid=False, min_steps=0, scale=(16.0,))
     specs = []
     for name, over in runs:
         (hp,) = method_hparams(name.split("/")[0], cfg)
@@ -384,8 +384,8 @@ def test_lff_improves_bias_conflicting_accuracy() -> None:
     """Nam et al.: with a spurious, easier attribute, LfF beats ERM on the bias-conflicting samples and overall
     on an unbiased test set."""
     data, tx, ty, tb = spurious(seed=0)
-    cfg = TrainConfig(epochs=100, batch_size=64, lrs=(0.05,), weight_decays=(1e-4,), device="cpu", progress=False,
-                      use_method_grids=False, min_steps=0)
+    cfg = TrainConfig(epochs=100, batch_size=64, lr=(0.05,), wd=(1e-4,), device="cpu", progress=False,
+                      method_grid=False, min_steps=0)
     specs = [RunSpec(name, tuple(sorted(method_hparams(name, cfg)[0].items())), 0) for name in ("ce", "lff")]
     trained = train_stack(data, specs, cfg)
     pred = trained.predict(tx).argmax(-1)

@@ -142,11 +142,11 @@ def test_train_q_and_bench_share_seed_parts() -> None:
     assert _config_key(cfg, "abc") != _config_key(other, "abc")
     assert _config_key(cfg, "abc") != _config_key(cfg, "abd")
     # the cosine scale grid is in a cosine head's key only (a linear head's numbers do not depend on it)
-    wide = replace(cfg, train=replace(cfg.train, scales=(16.0, 512.0)))
+    wide = replace(cfg, train=replace(cfg.train, scale=(16.0, 512.0)))
     started = replace(cfg, train=replace(cfg.train, probe=ProbeConfig(scale=64.0, learn_scale=True)))
     assert _config_key(cfg, "abc") == _config_key(wide, "abc") == _config_key(started, "abc")
     cos = replace(cfg, train=replace(cfg.train, probe=ProbeConfig(head="cosine")))
-    cos_wide = replace(cos, train=replace(cos.train, scales=(16.0, 512.0)))
+    cos_wide = replace(cos, train=replace(cos.train, scale=(16.0, 512.0)))
     assert len({_config_key(cfg, "abc"), _config_key(cos, "abc"), _config_key(cos_wide, "abc")}) == 3
 
 
@@ -246,7 +246,7 @@ def test_named_runs_compare_and_report_only(tmp_path: Path) -> None:
     lin, cos = (json.loads((out / n / "results.json").read_text()) for n in ("lin", "cos"))
     assert lin["config"]["train"]["min_steps"] == 5 and lin["config"]["train"]["method_params"] == {"mr2": {"p": 2}}
     assert lin["head"] == "linear" and lin["profile"]["kind"] == "full" and lin["config"]["null"] is True
-    assert cos["head"] == "cosine" and cos["config"]["train"]["scales"] == [16.0] and cos["config"]["null"] is False
+    assert cos["head"] == "cosine" and cos["config"]["train"]["scale"] == [16.0] and cos["config"]["null"] is False
     assert cos["config"]["train"]["method_params"] == {"mr2": {"p": 2, "exponent": 1}}  # merged method by method
     assert (cos["profile"]["text"], cos["profile"]["episodes"]) == ("shots:20", 2)
     synth = json.loads((out / "synth" / "results.json").read_text())

@@ -68,7 +68,7 @@ def _longtail_data(seed: int = 0) -> TrainData:
 
 
 def _cfg(**kw) -> TrainConfig:
-    base = dict(epochs=1, min_steps=5, batch_size=64, lrs=(1e-2, 1e-1, 3e-1), weight_decays=(0.0, 1e-1),
+    base = dict(epochs=1, min_steps=5, batch_size=64, lr=(1e-2, 1e-1, 3e-1), wd=(0.0, 1e-1),
                 budget_rule="checkpoints", max_steps=64, progress=False)
     return TrainConfig(**{**base, **kw})
 
@@ -119,7 +119,7 @@ def test_each_head_keeps_its_best_checkpoint_and_its_state_from_then() -> None:
     """Every head's restored state scores on val what its best checkpoint scored (the first best on ties); it is
     the state of a run that stops at that checkpoint (the schedule and data order up to it are the same), and at
     the first checkpoint the floor rule's model."""
-    data, cfg = _longtail_data(seed=1), _cfg(lrs=(3e-1, 1.0, 3.0))  # large steps: some heads peak at the first
+    data, cfg = _longtail_data(seed=1), _cfg(lr=(3e-1, 1.0, 3.0))  # large steps: some heads peak at the first
     specs = expand_runs(["ce", "logit_adjust"], [0], cfg)
     trained = train_stack(data, specs, cfg, select="macc")
     ckpts, scores, steps = trained.checkpoints, trained.checkpoint_scores, np.array(trained.checkpoint_step)

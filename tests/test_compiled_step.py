@@ -87,7 +87,7 @@ def test_the_trainer_with_compile_on_trains_the_heads_of_the_eager_trainer(monke
     """``compile=on`` in the trainer (inductor on this machine's CPU): the same heads within float32 rounding, the
     last smaller batch of each epoch included."""
     data, *_ = build(["ce", "mr2", "group_dro"], "linear", "none")
-    cfg = TrainConfig(epochs=2, batch_size=10, min_steps=0, progress=False, lrs=(1e-2,), weight_decays=(1e-4,))
+    cfg = TrainConfig(epochs=2, batch_size=10, min_steps=0, progress=False, lr=(1e-2,), wd=(1e-4,))
     specs = expand_runs(["ce", "mr2", "group_dro"], [0], cfg)
     eager = train_stack(data, specs, cfg)
     dynamo.reset()
@@ -116,7 +116,7 @@ def test_a_step_the_compiler_fails_on_trains_eagerly_and_says_so(monkeypatch) ->
         return run
 
     data, *_ = build(["ce", "group_dro"], "linear", "none")
-    cfg = TrainConfig(epochs=1, batch_size=10, min_steps=0, progress=False, lrs=(1e-2,), weight_decays=(1e-4,))
+    cfg = TrainConfig(epochs=1, batch_size=10, min_steps=0, progress=False, lr=(1e-2,), wd=(1e-4,))
     specs = expand_runs(["ce", "group_dro"], [0], cfg)
     eager = train_stack(data, specs, cfg)
     monkeypatch.setattr(torch, "compile", failing)

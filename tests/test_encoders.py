@@ -13,26 +13,33 @@ import pytest
 import torch
 from PIL import Image
 
-from mr2probe.encoders import ENCODERS, Encoder, build_encoder, cpu_runtime, sha256_file
+from mr2probe.encoders import ENCODERS, Encoder, EncoderSpec, build_encoder, cpu_runtime, sha256_file
 from mr2probe.errors import UserError
 from mr2probe.encoders.torchhub import NAMES as HUB_DINOV2
 from mr2probe.recipes import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 
-# one offline example per registry entry: a new entry must be added here (test_every_entry_is_covered)
-OFFLINE_EXAMPLES = {
-    "efficientnet-lite0": ("efficientnet-lite0", 1280),
-    "efficientnet-lite1": ("efficientnet-lite1", 1280),
-    "efficientnet-lite2": ("efficientnet-lite2", 1280),
-    "dinov2-s14": ("dinov2-s14", 384),
-    "clip:": ("clip:ViT-B-32/random", 512),
-    "timm:": ("timm:resnet18@random", 512),
-    "mocov2:": None,  # needs a checkpoint: test_mocov2_*
-    "onnx:": None,  # needs a model file: test_onnx_family
-    "hf-hub:": None,  # a hub model: test_timm_hf_hub_names_reach_timm (the loader patched)
-    **{name: None for name in HUB_DINOV2},  # torch hub: test_dinov2_hub_names (the loader patched)
+# Entries that cannot be built offline from their name alone (skipped by test_every_offline_entry_builds), each
+# with the test that covers it instead; every other entry is built from the registry.
+NOT_OFFLINE = {
+    "mocov2:": "needs a checkpoint: test_mocov2_*",
+    "onnx:": "needs a model file: test_onnx_family",
+    "hf-hub:": "a Hugging Face hub model (internet): test_timm_hf_hub_names_reach_timm, the loader patched",
+    **{name: "torch hub (internet): test_dinov2_hub_names, the loader patched" for name in HUB_DINOV2},
 }
+# a family's offline member (random weights): a new family needs one here or in NOT_OFFLINE
+FAMILY_EXAMPLES = {"clip:": "clip:ViT-B-32/random", "timm:": "timm:resnet18@random"}
+
+
+def shipped() -> list[str]:
+    """The entries mr2probe registers itself (not test-only or plugin ones)."""
+    return [n for n in ENCODERS.names() if ENCODERS.get(n).__module__.startswith("mr2probe.")]
+
+
+def offline_examples() -> list[str]:
+    """One buildable name per shipped entry not in NOT_OFFLINE (a family's example, else the name itself)."""
+    return [FAMILY_EXAMPLES.get(n, n) for n in shipped() if n not in NOT_OFFLINE]
 
 
 def _sample_dir() -> Path:
@@ -50,7 +57,7 @@ def _image(name: str) -> Image.Image:
 
 def _batch(enc: Encoder, n: int = 2) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
-    size = enc.preprocessing["crop"]
+    size = enc.config.size
     return torch.randn(n, 3, size, size, generator=g)
 
 
@@ -65,11 +72,50 @@ def _cos_dist(a: torch.Tensor, b: torch.Tensor) -> float:
 # ---------------------------------------------------------------- registry
 
 
-def test_every_entry_is_covered() -> None:
-    # test-only entries of tests/_extract_support.py are left out
-    shipped = {n for n in ENCODERS.names() if not n.startswith("test-")}
-    assert shipped == set(OFFLINE_EXAMPLES)
-    assert all(ENCODERS.describe().values()), "every builder needs a one-line docstring"
+def test_every_entry_is_an_encoder_spec_with_a_docstring() -> None:
+    assert set(NOT_OFFLINE) | set(FAMILY_EXAMPLES) <= set(shipped())
+    for name in shipped():
+        spec = ENCODERS.get(name)
+        assert issubclass(spec, EncoderSpec) and spec.name == name
+        assert ENCODERS.describe()[name], "every entry needs a one-line docstring"
+        if not name.endswith(":"):
+            assert spec.config is not None and spec.config.dim, "an exact entry declares its config"
+
+
+@pytest.mark.parametrize("example", offline_examples())
+def test_every_offline_entry_builds(example: str) -> None:
+    """Built by name from the registry: features [B, config.dim], finite; an exact entry's encoder carries the
+    config the entry declares."""
+    spec, arg = ENCODERS.lookup(example)
+    assert not spec.name.endswith(":") or arg, f"family {spec.name} needs an offline example in FAMILY_EXAMPLES"
+    enc = build_encoder(example)
+    out = enc.encode(_batch(enc))
+    assert out.shape == (2, enc.config.dim) and torch.isfinite(out).all()
+    assert enc.preprocessing == enc.config.preprocessing() and enc.preprocessing["crop"] == enc.config.size
+    if spec.config is not None:
+        assert enc.config == spec.config
+
+
+def test_encoder_config_is_checked_and_records_the_preprocessing() -> None:
+    """The recorded form is what feature files store (an extraction resumes only under the same one): the
+    configs give the dicts the encoders recorded before they declared configs."""
+    from mr2probe.encoders import EncoderConfig
+    from mr2probe.encoders.mocov2 import CONFIG as MOCO
+    from mr2probe.encoders.onnx_models import imagenet_config
+    from mr2probe.encoders.torchhub import hub_config
+
+    imagenet = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    assert MOCO.preprocessing() == {"resize": 256, "crop": 224, "interpolation": "bilinear", **imagenet}
+    assert hub_config(384).preprocessing() == {"resize": 256, "crop": 224, "interpolation": "bicubic", **imagenet}
+    assert imagenet_config(228).preprocessing()["resize"] == 261  # round(228 / 0.875), not ⌊260.57⌋
+    assert ENCODERS.get("efficientnet-lite1").config.preprocessing() == {
+        "resize": 274, "crop": 240, "interpolation": "bilinear", "mean": [127 / 255] * 3, "std": [128 / 255] * 3,
+        "scaling": "(x - 127) / 128"}
+    for bad in ({"input_size": (3, 224, 200)}, {"input_size": (1, 224, 224)}, {"interpolation": "lanczos"},
+                {"crop_mode": "border"}, {"crop_pct": 0.0}, {"crop_pct": 1.5}, {"std": (0.5, 0.0, 0.5)},
+                {"mean": (0.5,)}, {"dim": 0}):
+        with pytest.raises(ValueError, match="EncoderConfig"):
+            EncoderConfig(**bad)
 
 
 @pytest.mark.parametrize("name", ["no-such-encoder", "nofamily:x", "clip:NoSuchArch/openai",
@@ -87,7 +133,7 @@ def test_recipes_name_known_encoders(recipe: Path) -> None:
     from mr2probe.encoders import clip, timm_models
 
     enc = load_recipe(recipe)["encoder"]
-    builder, arg = ENCODERS.lookup(enc)
+    _, arg = ENCODERS.lookup(enc)
     if enc.startswith("clip:"):
         assert clip.parse_name(arg)[1] is not None  # a real pretrained tag
     elif enc.startswith("timm:"):
@@ -106,7 +152,7 @@ def test_paper_recipes_exist() -> None:
 # ---------------------------------------------------------------- bundled-weight entries
 
 
-@pytest.mark.parametrize("name", ["efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2"])
+@pytest.mark.parametrize("name", [n for n in ENCODERS.names() if n.startswith("efficientnet-lite")])
 def test_efficientnet_lite_dims(name: str) -> None:
     enc = build_encoder(name)
     out = enc.encode(_batch(enc))
@@ -183,14 +229,14 @@ def test_clip_weights_mismatch_is_user_error(tmp_path: Path) -> None:
 
 
 def test_clip_preprocessing_modes() -> None:
-    from mr2probe.encoders.clip import preprocessing_of
+    from mr2probe.encoders.clip import config_of
 
     cfg = {"size": 256, "mean": (0.5,) * 3, "std": (0.5,) * 3, "interpolation": "bilinear"}
-    assert preprocessing_of({**cfg, "resize_mode": "shortest"})["resize"] == 256
-    squash = preprocessing_of({**cfg, "size": (256, 256), "resize_mode": "squash"})
-    assert (squash["resize"], squash["crop"]) == ([256, 256], 256)
+    assert config_of({**cfg, "resize_mode": "shortest"}).preprocessing()["resize"] == 256
+    squash = config_of({**cfg, "size": (256, 256), "resize_mode": "squash"}).preprocessing()
+    assert (squash["resize"], squash["crop"], squash["resize_mode"]) == ([256, 256], 256, "squash")
     with pytest.raises(UserError):
-        preprocessing_of({**cfg, "resize_mode": "longest"})
+        config_of({**cfg, "resize_mode": "longest"})
 
 
 # ---------------------------------------------------------------- timm
@@ -226,13 +272,14 @@ def test_timm_weights_file(tmp_path: Path) -> None:
 
 
 def test_timm_preprocessing_modes() -> None:
-    from mr2probe.encoders.timm_models import preprocessing_of
+    from mr2probe.encoders.timm_models import config_of
 
     cfg = {"input_size": (3, 224, 224), "interpolation": "bicubic", "mean": (0.5,) * 3, "std": (0.5,) * 3}
-    assert preprocessing_of({**cfg, "crop_pct": 0.875, "crop_mode": "center"})["resize"] == 256
-    assert preprocessing_of({**cfg, "crop_pct": 1.0, "crop_mode": "squash"})["resize"] == [224, 224]
+    assert config_of({**cfg, "crop_pct": 0.875, "crop_mode": "center"}).preprocessing()["resize"] == 256
+    assert config_of({**cfg, "crop_pct": 1.0, "crop_mode": "squash"}).preprocessing()["resize"] == [224, 224]
+    assert config_of({**cfg, "crop_pct": 0.9}).preprocessing()["resize"] == 248  # ⌊224 / 0.9⌋
     with pytest.raises(UserError):
-        preprocessing_of({**cfg, "crop_pct": 1.0, "crop_mode": "border"})
+        config_of({**cfg, "crop_pct": 1.0, "crop_mode": "border"})
 
 
 # ---------------------------------------------------------------- MoCo v2

@@ -124,7 +124,7 @@ def test_a_batch_of_mixed_sizes_is_the_images_one_by_one(tmp_path):
     root = image_tree(tmp_path / "tree", foolbox_images()[::7] + odd_files(tmp_path / "odd"))
     data = build_dataset("imagefolder:0.5,0,0.5", root)
     split = data.splits["train"]
-    encoder = support.build("", None)
+    encoder = build_encoder(support.NAME)
     positions = np.arange(len(split))
     one_by_one = torch.cat([encoder.preprocess([split.pixels(i)[None]]) for i in positions])
     for output in ("pixels", "preprocessed"):  # preprocessed by the device, or by the workers (CPU encoder)
@@ -140,7 +140,7 @@ def test_batch_decoded_by_the_device_path_falls_back_to_the_cpu(tmp_path, monkey
     nvJPEG lacks), they are decoded on the CPU, and the batch is the one the "pixels" output gives."""
     root = image_tree(tmp_path / "tree", foolbox_images()[60:66] + odd_files(tmp_path / "odd"))  # 6 JPEGs
     split = build_dataset("imagefolder:0.5,0,0.5", root).splits["train"]
-    encoder = support.build("", None)
+    encoder = build_encoder(support.NAME)
     positions = np.arange(len(split))
 
     batches = {}

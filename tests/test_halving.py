@@ -33,7 +33,7 @@ def _gauss(seed: int = 0, k: int = 4, d: int = 16, n: int = 400) -> TrainData:
 
 def _cfg(**kw) -> TrainConfig:
     # 400 rows, batch 64: 7 steps per epoch; min_steps 36 → 6 epochs, T = 42, rungs ⌈42/9⌉ = 5 and ⌈42/3⌉ = 14
-    base = dict(epochs=1, min_steps=36, batch_size=64, lrs=(1e-4, 1e-3, 1e-2), weight_decays=(0.0, 1e-2, 1e-1),
+    base = dict(epochs=1, min_steps=36, batch_size=64, lr=(1e-4, 1e-3, 1e-2), wd=(0.0, 1e-2, 1e-1),
                 search="halving", progress=False)
     return TrainConfig(**{**base, **kw})
 
@@ -60,8 +60,8 @@ def test_the_rung_schedule() -> None:
 def test_each_method_keeps_a_third_then_a_ninth(chunk_mib: float) -> None:
     cfg = _cfg(chunk_mib=chunk_mib, method_params={"focal": {}})
     methods = ["ce", "mr2", "focal", "lff", "group_dro"]  # 9, 18, 9, 9, 9 grid points
-    specs = expand_runs(methods, [0], cfg) + expand_runs(["ldam"], [0], replace(cfg, lrs=(1e-2,),
-                                                                              weight_decays=(0.0, 0.1)))
+    specs = expand_runs(methods, [0], cfg) + expand_runs(["ldam"], [0], replace(cfg, lr=(1e-2,),
+                                                                              wd=(0.0, 0.1)))
     t = train_stack(_gauss(), specs, cfg)
     assert t.rungs == [5, 14] and len(t.stopped_at) == len(t.specs) == t.probe.num_heads
     for m in methods + ["ldam"]:

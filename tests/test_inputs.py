@@ -275,8 +275,8 @@ def save_clip_benchmark(folder: Path, splits: dict) -> Path:
 
 def per_class(features: Path, out: Path) -> dict[tuple[str, int], list[float]]:
     cfg = ExperimentConfig(features=features, out=out, methods=["ce", "mr2"], seeds=[0], null=False,
-                           train=TrainConfig(epochs=2, min_steps=0, batch_size=64, lrs=(1e-2,),
-                                             weight_decays=(1e-4,), progress=False))
+                           train=TrainConfig(epochs=2, min_steps=0, batch_size=64, lr=(1e-2,),
+                                             wd=(1e-4,), progress=False))
     return {(r["method"], r["seed"]): r["per_class_acc"] for r in run_experiment(cfg)["runs"]}
 
 

@@ -26,7 +26,7 @@ def data() -> TrainData:
 
 def stack(methods: list[str], head: str, adapter: str) -> tuple[StackStep, list, ProbeStack, TrainData]:
     d = data()
-    cfg = TrainConfig(lrs=(1e-2, 3e-2), weight_decays=(0.0,), scales=(8.0,), progress=False,
+    cfg = TrainConfig(lr=(1e-2, 3e-2), wd=(0.0,), scale=(8.0,), progress=False,
                       probe=ProbeConfig(head=head, adapter=adapter, width=5))
     specs = sorted(expand_runs(methods, [3], cfg), key=lambda s: s.method)
     probe = ProbeStack(cfg.probe, D, K, [s.seed for s in specs], [s.params.get("scale", 8.0) for s in specs]).to(F64)

@@ -361,7 +361,7 @@ def synthetic(n: tuple[int, ...] = (30, 15, 6), d: int = 12, seed: int = 0) -> T
 
 
 def quick_cfg(**probe: Any) -> TrainConfig:
-    return TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(1e-4,), min_steps=0,
+    return TrainConfig(epochs=2, batch_size=16, lr=(1e-2,), wd=(1e-4,), min_steps=0,
                        probe=ProbeConfig(**probe), device="cpu", progress=False)
 
 
@@ -397,7 +397,7 @@ def test_jtt_really_trains_twice(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(jtt_cls, "prepare", spy)
     data = synthetic((30, 15, 6), d=4, seed=3)  # overlapping classes: stage 1 makes mistakes
-    cfg = TrainConfig(epochs=3, batch_size=16, lrs=(1e-3,), weight_decays=(1e-4,), min_steps=0, device="cpu",
+    cfg = TrainConfig(epochs=3, batch_size=16, lr=(1e-3,), wd=(1e-4,), min_steps=0, device="cpu",
                       progress=False)
     specs = [RunSpec("jtt", tuple(sorted(hp.items())), 5) for hp in method_hparams("jtt", cfg)]
     trained = train_stack(data, specs, cfg)

@@ -150,8 +150,8 @@ def _setup(adapter: str, head: str = "linear", epochs: int = 1):
     x = torch.randn(60, 6)
     y = torch.arange(60) % 3
     data = TrainData(x, y, x[:12], y[:12], 3)
-    cfg = TrainConfig(epochs=epochs, batch_size=20, lrs=(1e-2,), weight_decays=(0.0,), min_steps=0,
-                      use_method_grids=False, probe=ProbeConfig(head=head, adapter=adapter, width=4), progress=False)
+    cfg = TrainConfig(epochs=epochs, batch_size=20, lr=(1e-2,), wd=(0.0,), min_steps=0,
+                      method_grid=False, probe=ProbeConfig(head=head, adapter=adapter, width=4), progress=False)
     return data, cfg
 
 

@@ -106,8 +106,8 @@ def test_reference_scale_needs_num_classes() -> None:
 
 def _cfg(**kw: Any) -> TrainConfig:
     """A small config; a one-step floor and a single cosine scale where the trainer has those settings."""
-    extra = {k: v for k, v in {"min_steps": 0, "scales": (16.0,)}.items() if k in TrainConfig.__dataclass_fields__}
-    return TrainConfig(**{"batch_size": 20, "lrs": (1e-2,), "weight_decays": (0.0,), "progress": False, **extra, **kw})
+    extra = {k: v for k, v in {"min_steps": 0, "scale": (16.0,)}.items() if k in TrainConfig.__dataclass_fields__}
+    return TrainConfig(**{"batch_size": 20, "lr": (1e-2,), "wd": (0.0,), "progress": False, **extra, **kw})
 
 
 @pytest.mark.parametrize("name", ["mr2", "mr2_uniform", "mr2_no_rep", "mr2_sqrt", "mr2_linear"])
@@ -123,7 +123,7 @@ def test_options_available_to_every_ablation(name: str) -> None:
     cls = METHODS.get(name)
     assert cls.defaults["rep_scale"] == "mr2probe" and cls.defaults["stats_on"] == "input"
     points = method_hparams(name, _cfg(method_params={name: {"rep_scale": "reference", "stats_on": "classifier"}},
-                                       use_method_grids=False))
+                                       method_grid=False))
     assert all(p["rep_scale"] == "reference" and p["stats_on"] == "classifier" for p in points)
 
 
@@ -154,7 +154,7 @@ def _specs(cfg: TrainConfig, method: str, variants: list[dict[str, Any]]) -> lis
 @pytest.mark.parametrize("p", [2.0, 3.0, 5.0])
 def test_stats_on_frozen_cosine_raw_vs_normalised(p: float) -> None:
     data = _data()
-    cfg = _cfg(epochs=1, use_method_grids=False, probe=ProbeConfig(head="cosine"))
+    cfg = _cfg(epochs=1, method_grid=False, probe=ProbeConfig(head="cosine"))
     trained = train_stack(data, _specs(cfg, "mr2", [{"stats_on": "input", "p": p},
                                                     {"stats_on": "classifier", "p": p}]), cfg)
     raw, unit = class_stats(data.x, data.y, 3, p), class_stats(F.normalize(data.x, dim=-1), data.y, 3, p)
@@ -170,7 +170,7 @@ def test_shared_stats_cache_keyed_by_stats_on_and_p() -> None:
     data = _data()
     params = {"mr2": {"stats_on": "classifier"}, "mr2_sqrt": {"stats_on": "input"},
               "mr2_linear": {"stats_on": "input", "p": 5.0}}
-    cfg = _cfg(epochs=1, use_method_grids=False, probe=ProbeConfig(head="cosine"), method_params=params)
+    cfg = _cfg(epochs=1, method_grid=False, probe=ProbeConfig(head="cosine"), method_params=params)
     trained = train_stack(data, expand_runs(list(params), [0], cfg), cfg)
     want = {"mr2": class_stats(F.normalize(data.x, dim=-1), data.y, 3, 3.0),
             "mr2_sqrt": class_stats(data.x, data.y, 3, 3.0), "mr2_linear": class_stats(data.x, data.y, 3, 5.0)}
@@ -180,7 +180,7 @@ def test_shared_stats_cache_keyed_by_stats_on_and_p() -> None:
 
 def test_stats_on_is_moot_for_a_linear_head() -> None:
     data = _data()
-    cfg = _cfg(epochs=1, use_method_grids=False, probe=ProbeConfig(head="linear"))
+    cfg = _cfg(epochs=1, method_grid=False, probe=ProbeConfig(head="linear"))
     trained = train_stack(data, _specs(cfg, "mr2", [{"stats_on": "input"}, {"stats_on": "classifier"}]), cfg)
     assert trained.info[0] == trained.info[1]
     torch.testing.assert_close(torch.tensor(trained.info[0]["variability"]), class_stats(data.x, data.y, 3).v,
@@ -190,7 +190,7 @@ def test_stats_on_is_moot_for_a_linear_head() -> None:
 def test_stats_on_with_adapter_at_epoch_start() -> None:
     # one epoch: the statistics are those of the adapter at initialisation (fixed by the seed)
     data = _data()
-    cfg = _cfg(epochs=1, use_method_grids=False, probe=ProbeConfig(head="cosine", adapter="linear", width=4))
+    cfg = _cfg(epochs=1, method_grid=False, probe=ProbeConfig(head="cosine", adapter="linear", width=4))
     trained = train_stack(data, _specs(cfg, "mr2", [{"stats_on": "input"}, {"stats_on": "classifier"}]), cfg)
     fresh = ProbeStack(cfg.probe, 6, 3, [0])
     with torch.no_grad():
@@ -209,7 +209,7 @@ def test_reference_choices_loss_uses_unnormalised_representation(monkeypatch: py
     prepare = MR2.prepare
     monkeypatch.setattr(MR2, "prepare", lambda self: (seen.append(self), prepare(self))[1])
     data = _data(torch.float64)
-    cfg = _cfg(epochs=1, batch_size=30, use_method_grids=False,
+    cfg = _cfg(epochs=1, batch_size=30, method_grid=False,
                probe=ProbeConfig(head="cosine", adapter="linear", width=4),
                method_params={"mr2": {"stats_on": "input", "rep_scale": "reference", "lam": 10.0}})
     trained = train_stack(data, expand_runs(["mr2"], [0], cfg), cfg)
@@ -241,7 +241,7 @@ def test_ema_updates_from_the_chosen_space(space: str, monkeypatch: pytest.Monke
     prepare = MR2.prepare
     monkeypatch.setattr(MR2, "prepare", lambda self: (seen.append(self), prepare(self))[1])
     data = _data(torch.float64)
-    cfg = _cfg(epochs=1, use_method_grids=False, probe=ProbeConfig(head="cosine", adapter="linear", width=4),
+    cfg = _cfg(epochs=1, method_grid=False, probe=ProbeConfig(head="cosine", adapter="linear", width=4),
                method_params={"mr2": {"stats_on": space, "stats": "ema", "ema_decay": 0.0, "p": 5.0}})
     trained = train_stack(data, expand_runs(["mr2"], [0], cfg), cfg)
     (m,), probe = seen, trained.probe
@@ -266,7 +266,7 @@ def test_ema_updates_every_class_present_at_k_100(monkeypatch: pytest.MonkeyPatc
     y = torch.arange(n) % k
     x = torch.randn(n, 6, generator=g, dtype=torch.float64) + y[:, None].to(torch.float64) / 10
     data = TrainData(x, y, x[:k], y[:k], k)
-    cfg = _cfg(epochs=1, batch_size=64, use_method_grids=False, probe=ProbeConfig(adapter="linear", width=4),
+    cfg = _cfg(epochs=1, batch_size=64, method_grid=False, probe=ProbeConfig(adapter="linear", width=4),
                method_params={"mr2": {"stats": "ema", "ema_decay": 0.5, "p": 3.0}})
     trained = train_stack(data, expand_runs(["mr2"], [0], cfg), cfg)
     (m,), probe = seen, trained.probe

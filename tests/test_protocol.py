@@ -263,13 +263,13 @@ def test_cosine_scale_is_a_per_head_hyperparameter_equal_to_solo_runs() -> None:
     x = torch.as_tensor(rng.normal(size=(64, 6)), dtype=torch.float64)
     y = torch.as_tensor(np.arange(64) % 3)
     data = TrainData(x, y, x, y, 3)
-    cfg = TrainConfig(epochs=3, batch_size=16, lrs=(1e-2,), weight_decays=(0.0,), min_steps=0, scales=(8.0, 32.0),
-                      probe=ProbeConfig(head="cosine"), use_method_grids=False, progress=False)
+    cfg = TrainConfig(epochs=3, batch_size=16, lr=(1e-2,), wd=(0.0,), min_steps=0, scale=(8.0, 32.0),
+                      probe=ProbeConfig(head="cosine"), method_grid=False, progress=False)
     specs = expand_runs(["ce"], [0], cfg)
     assert [s.params["scale"] for s in specs] == [8.0, 32.0]
     stacked = train_stack(data, specs, cfg).predict(x)
     for i, scale in enumerate((8.0, 32.0)):
-        solo_cfg = TrainConfig(**{**cfg.__dict__, "scales": (scale,)})
+        solo_cfg = TrainConfig(**{**cfg.__dict__, "scale": (scale,)})
         solo = train_stack(data, expand_runs(["ce"], [0], solo_cfg), solo_cfg).predict(x)
         torch.testing.assert_close(stacked[i], solo[0], rtol=1e-9, atol=1e-9)
 
@@ -283,8 +283,8 @@ def test_l2_penalty_converges_to_the_logistic_regression_optimum() -> None:
     y = np.repeat(np.arange(3), n // 3)
     sk = LogisticRegression(C=c, tol=1e-10, max_iter=10_000).fit(x, y)
     xt, yt = torch.as_tensor(x), torch.as_tensor(y)
-    cfg = TrainConfig(epochs=1, batch_size=n, lrs=(5e-2,), weight_decays=(0.0,), l2s=(1 / (c * n),),
-                      min_steps=4000, use_method_grids=False, progress=False)
+    cfg = TrainConfig(epochs=1, batch_size=n, lr=(5e-2,), wd=(0.0,), l2=(1 / (c * n),),
+                      min_steps=4000, method_grid=False, progress=False)
     probs = train_stack(TrainData(xt, yt, xt, yt, 3), expand_runs(["ce"], [0], cfg), cfg).predict(xt)[0].softmax(-1)
     np.testing.assert_allclose(probs.numpy(), sk.predict_proba(x), atol=5e-3)
 

@@ -10,10 +10,10 @@ import pytest
 
 from mr2probe.errors import UserError
 from mr2probe.jsonfile import grid_rows
-from mr2probe.results import LEGACY_SCHEMA, SCHEMA, Budget, RunRecord, RunResults
+from mr2probe.results import LEGACY_SCHEMA, LEGACY_TRAIN_NAMES, SCHEMA, Budget, RunRecord, RunResults
 
 ROOT = Path(__file__).resolve().parents[1]
-OLDEST = ROOT / "results" / "fmnist-dinov2s14" / "cosine"  # before profiles, budget rules and the null control
+OLDEST = ROOT / "results" / "fmnist-dinov2s14" / "linear"  # before profiles, budget rules and the null control
 NO_RULE = ROOT / "results" / "fmnist-effl0-adapter" / "shots20-linear-refscale"  # before budget_rule and search
 CHECKPOINTS = ROOT / "results" / "fmnist-dinov2s14-500-settings" / "linear-longtail100-checkpoints"
 WITH_SEARCH = ROOT / "results" / "positive-control" / "synthetic-k10-d64-spread1-3-sep5-full"  # search recorded
@@ -26,6 +26,11 @@ def committed() -> list[Path]:
 
 def raw(folder: Path) -> dict:
     return json.loads((folder / "results.json").read_text())
+
+
+def renamed(train: dict) -> dict:
+    """A file's config.train under the settings' names (lrs → lr, …), as the legacy shim reads it."""
+    return {LEGACY_TRAIN_NAMES.get(k, k): v for k, v in train.items()}
 
 
 def test_every_committed_results_file_loads_and_round_trips() -> None:
@@ -57,7 +62,7 @@ def test_a_config_before_budget_rules_reads_as_floor_and_full_search() -> None:
     assert "budget_rule" not in d["config"]["train"] and "search" not in d["config"]["train"]
     assert res.config["train"]["budget_rule"] == "floor" and res.config["train"]["search"] == "full"
     assert {k: v for k, v in res.config["train"].items() if k not in ("budget_rule", "search")} == \
-        d["config"]["train"]
+        renamed(d["config"]["train"])
 
 
 def test_a_current_file_is_written_back_as_it_was_apart_from_the_schema() -> None:
@@ -65,8 +70,7 @@ def test_a_current_file_is_written_back_as_it_was_apart_from_the_schema() -> Non
         d, res = raw(folder), RunResults.from_disk(folder)
         out = res.to_dict()
         assert out.pop("schema") == d.pop("schema", LEGACY_SCHEMA)
-        if "search" not in d["config"]["train"]:
-            d["config"]["train"] = {**d["config"]["train"], "search": "full"}
+        d["config"]["train"] = {"search": "full", **renamed(d["config"]["train"])}  # written under the new names
         assert out == d, folder
 
 

@@ -87,7 +87,7 @@ def test_cli_and_suite_build_the_same_config(tmp_path: Path, monkeypatch: pytest
                      'max_memory = "1GiB"\nreference = "mr2"\nset = { mr2 = { p = 2 } }\n')
     from_suite = experiment_config(load_suite(suite), "cosine", feats, out, profile="shots:5")
     assert seen[0] == from_suite
-    assert from_suite.train.lrs == (0.01, 0.1) and from_suite.null is False and from_suite.profile.episodes == 3
+    assert from_suite.train.lr == (0.01, 0.1) and from_suite.null is False and from_suite.profile.episodes == 3
 
 
 def test_a_bounded_setting_is_refused_in_a_suite_table_with_one_line() -> None:

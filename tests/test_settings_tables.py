@@ -15,7 +15,7 @@ import mr2probe
 from mr2probe.cli import app
 from mr2probe.errors import UserError
 from mr2probe.probes import SELECT
-from mr2probe.runconfig import TRAIN_CONFIG_SETTINGS, TRAIN_FIELDS, ExperimentConfig, config_from_settings
+from mr2probe.runconfig import TRAIN_CONFIG_SETTINGS, ExperimentConfig, config_from_settings
 from mr2probe.settings import NO_ESTIMATOR, REPORT, TABLE, TRAIN, check_table, resolved, split_report
 from mr2probe.trainer import TrainConfig
 
@@ -74,11 +74,11 @@ def test_every_training_setting_reaches_the_config_under_one_field(tmp_path: Pat
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     assert set(TRAIN) == set(TRAIN_CONFIG_SETTINGS) | PROBE_SETTINGS | EXPERIMENT_SETTINGS
     for name in TRAIN_CONFIG_SETTINGS:
-        field = fields[TRAIN_FIELDS.get(name, name)]
+        field = fields[name]  # the field has the setting's name
         assert field.default == TRAIN[name].default, name  # the field's default is the setting's
     cfg = config_from_settings(tmp_path / "f.h5", tmp_path / "run", ["ce"], [0])
     for name in TRAIN_CONFIG_SETTINGS:
-        assert getattr(cfg.train, TRAIN_FIELDS.get(name, name)) == TRAIN[name].default, name
+        assert getattr(cfg.train, name) == TRAIN[name].default, name
     plain = ExperimentConfig(tmp_path / "f.h5", tmp_path / "run")
     for name in ("select", "val_fraction", "reference", "null", "max_memory"):
         assert getattr(plain, name) == TRAIN[name].default, name

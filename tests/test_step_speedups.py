@@ -63,7 +63,7 @@ def test_frozen_statistics_are_computed_once_per_data_and_give_the_same_training
         return real(*args, **kwargs)
 
     monkeypatch.setattr(mr2_module, "class_stats_chunked", counting)
-    cfg = TrainConfig(epochs=2, batch_size=16, min_steps=0, lrs=(1e-2,), weight_decays=(1e-4,), progress=False,
+    cfg = TrainConfig(epochs=2, batch_size=16, min_steps=0, lr=(1e-2,), wd=(1e-4,), progress=False,
                       chunk_mib=0.0001)  # tiny chunks: several stacks per seed share the statistics too
     methods = ["mr2", "mr2_sqrt", "ce"]
     data = _frozen_data()
@@ -81,10 +81,10 @@ def test_shared_statistics_are_keyed_by_the_head() -> None:
     # a cosine head with stats_on=classifier measures z/‖z‖: statistics cached for a linear head on the same data must
     # not be reused (with the default stats_on=input both heads measure the features themselves)
     data = _frozen_data()
-    base = dict(epochs=1, batch_size=16, min_steps=0, lrs=(1e-2,), weight_decays=(1e-4,), progress=False,
-                use_method_grids=False)
+    base = dict(epochs=1, batch_size=16, min_steps=0, lr=(1e-2,), wd=(1e-4,), progress=False,
+                method_grid=False)
     lin = TrainConfig(**base, probe=ProbeConfig(head="linear"))
-    cos = TrainConfig(**base, probe=ProbeConfig(head="cosine"), scales=(16.0,),
+    cos = TrainConfig(**base, probe=ProbeConfig(head="cosine"), scale=(16.0,),
                       method_params={"mr2": {"stats_on": "classifier"}})
     v_lin = train_stack(data, expand_runs(["mr2"], [0], lin), lin).info[0]["variability"]
     v_cos = train_stack(data, expand_runs(["mr2"], [0], cos), cos).info[0]["variability"]

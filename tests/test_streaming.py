@@ -44,7 +44,7 @@ def write_file(path: Path, n_train: int = 3000, n_test: int = 1000, nan_row: int
 
 def _run(f: Path, out: Path, max_memory: int | str) -> dict:
     cfg = ExperimentConfig(features=f, out=out, methods=["ce", "mr2"], seeds=[0], max_memory=max_memory,
-                           train=TrainConfig(epochs=4, batch_size=64, lrs=(1e-2,), weight_decays=(1e-4,), min_steps=0,
+                           train=TrainConfig(epochs=4, batch_size=64, lr=(1e-2,), wd=(1e-4,), min_steps=0,
                                              progress=False))
     return run_experiment(cfg)
 
@@ -123,7 +123,7 @@ def test_in_memory_order_unchanged() -> None:
 @pytest.mark.parametrize("adapter,head", [("none", "linear"), ("mlp", "cosine")])
 def test_stack_equals_solo_streamed(tmp_path: Path, adapter: str, head: str) -> None:
     f = write_file(tmp_path / "f.h5", n_train=1200, n_test=200, chunks=128)
-    cfg = TrainConfig(epochs=2, batch_size=64, lrs=(1e-2,), weight_decays=(0.0, 0.1), min_steps=0,
+    cfg = TrainConfig(epochs=2, batch_size=64, lr=(1e-2,), wd=(0.0, 0.1), min_steps=0,
                       probe=ProbeConfig(head=head, adapter=adapter, width=8), progress=False)
     with h5py.File(f, "r") as h5:
         data = _streamed_train_data(f, h5, block_rows=256, piece_rows=128)

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT
 from mr2probe.bench import RunEntry, Suite, entry_config, features_path, load_suite
+from mr2probe.results import RunResults
 
 STUDY = ROOT / "benchmarks" / "study"
 RESULTS = ROOT / "results"
@@ -60,7 +61,8 @@ def test_suite_runs_are_the_committed_run_folders(folder: str, monkeypatch: pyte
 def recorded_settings(results: dict[str, Any]) -> dict[str, Any]:
     """The settings that decide a run's numbers, as its results.json recorded them (fields that did not exist
     when it was trained take the behaviour of that version: no null control, no step floor, one fixed scale)."""
-    config, train = results["config"], results["config"]["train"]
+    config = RunResults.from_dict(results).config  # config.train under the settings' names, whatever the file's
+    train = config["train"]
     probe = train["probe"]
     cosine = probe["head"] == "cosine"
     rule = train.get("budget_rule") or "floor"
@@ -68,14 +70,14 @@ def recorded_settings(results: dict[str, Any]) -> dict[str, Any]:
         "methods": config["methods"], "seeds": config["seeds"], "null": config.get("null", False),
         "reference": results["reference"], "select": config["select"], "val_fraction": config["val_fraction"],
         "val_seed": config["val_seed"], "epochs": train["epochs"], "batch_size": train["batch_size"],
-        "lrs": train["lrs"], "weight_decays": train["weight_decays"], "l2s": train.get("l2s", [0.0]),
+        "lr": train["lr"], "wd": train["wd"], "l2": train.get("l2", [0.0]),
         "min_steps": train.get("min_steps", 0), "budget_rule": rule,
         "max_steps": train.get("max_steps") if rule != "floor" else None,
-        "method_params": train["method_params"], "use_method_grids": train["use_method_grids"],
+        "method_params": train["method_params"], "method_grid": train["method_grid"],
         "head": probe["head"], "adapter": probe["adapter"], "width": probe["width"],
         "learn_scale": probe["learn_scale"],
-        "scales": train.get("scales", [probe["scale"]]) if cosine else None,
-        "scale": probe["scale"] if cosine else None,
+        "scale": train.get("scale", [probe["scale"]]) if cosine else None,
+        "probe_scale": probe["scale"] if cosine else None,
         "profile": {k: v for k, v in (results.get("profile") or FULL).items() if k in FULL},
         "head_field": results["head"], "adapter_field": results["adapter"],
     }
@@ -89,12 +91,12 @@ def suite_settings(entry: RunEntry) -> dict[str, Any]:
     return plain({
         "methods": cfg.methods, "seeds": cfg.seeds, "null": cfg.null, "reference": cfg.reference_method,
         "select": cfg.select, "val_fraction": cfg.val_fraction, "val_seed": cfg.val_seed, "epochs": t.epochs,
-        "batch_size": t.batch_size, "lrs": t.lrs, "weight_decays": t.weight_decays, "l2s": t.l2s,
+        "batch_size": t.batch_size, "lr": t.lr, "wd": t.wd, "l2": t.l2,
         "min_steps": t.min_steps, "budget_rule": t.budget_rule,
         "max_steps": t.max_steps if t.budget_rule != "floor" else None, "method_params": t.method_params,
-        "use_method_grids": t.use_method_grids, "head": probe.head, "adapter": probe.adapter, "width": probe.width,
-        "learn_scale": probe.learn_scale, "scales": t.scales if cosine else None,
-        "scale": probe.scale if cosine else None,
+        "method_grid": t.method_grid, "head": probe.head, "adapter": probe.adapter, "width": probe.width,
+        "learn_scale": probe.learn_scale, "scale": t.scale if cosine else None,
+        "probe_scale": probe.scale if cosine else None,
         "profile": {k: v for k, v in cfg.profile.as_dict().items() if k in FULL},
         "head_field": probe.head, "adapter_field": probe.adapter,
     })

@@ -24,8 +24,8 @@ def _data() -> TrainData:
 
 
 def _cfg(adapter: str = "none", head: str = "linear") -> TrainConfig:
-    return TrainConfig(epochs=3, batch_size=16, lrs=(1e-2, 3e-2), weight_decays=(0.0, 0.1), min_steps=0,
-                       scales=(16.0, 32.0), probe=ProbeConfig(head=head, adapter=adapter, width=4), progress=False)
+    return TrainConfig(epochs=3, batch_size=16, lr=(1e-2, 3e-2), wd=(0.0, 0.1), min_steps=0,
+                       scale=(16.0, 32.0), probe=ProbeConfig(head=head, adapter=adapter, width=4), progress=False)
 
 
 def _check_stack_equals_solo(adapter: str, head: str) -> None:
@@ -210,11 +210,11 @@ def test_diverged_training_is_one_user_error_read_without_a_sync_per_step() -> N
 
     d = _data()
     data = TrainData(d.x.float(), d.y, d.val_x.float(), d.val_y, d.num_classes)  # float32: 1e38 overflows
-    cfg = TrainConfig(epochs=2, batch_size=16, lrs=(1e38,), weight_decays=(0.0,), min_steps=0, progress=False)
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=(1e38,), wd=(0.0,), min_steps=0, progress=False)
     assert len(data.y) // cfg.batch_size < FINITE_EVERY
     with pytest.raises(UserError, match=r"training diverged \(a non-finite loss by epoch 1\); lower --lr"):
         train_stack(data, expand_runs(["ce"], [0], cfg), cfg)
-    ok = TrainConfig(epochs=2, batch_size=16, lrs=(1e-2,), weight_decays=(0.0,), min_steps=0, progress=False)
+    ok = TrainConfig(epochs=2, batch_size=16, lr=(1e-2,), wd=(0.0,), min_steps=0, progress=False)
     assert np.isfinite(train_stack(data, expand_runs(["ce"], [0], ok), ok).probe.head_W.detach().numpy()).all()
 
 

@@ -1,19 +1,24 @@
-"""The encoder registry and the Encoder interface.
+"""The encoder registry, the Encoder interface and the typed description of an encoder (:class:`EncoderConfig`).
 
-An entry is a function ``build(arg: str, weights: Path | None) -> Encoder`` registered with
-``@ENCODERS.register("name")`` (exact) or ``@ENCODERS.register("family:")`` (``arg`` = text after the colon).
-Each encoder owns its preprocessing: ``preprocessing`` describes it (JSON-able, stored in the feature file);
-``preprocess`` applies it to uint8 image tensors, batched on the encoder's device (what extraction runs), and
-``transform`` to one PIL RGB image on the CPU (the PIL kernels; extraction's ``--preprocess workers``).
+An entry is an :class:`EncoderSpec` subclass registered with ``@ENCODERS.register("name")`` (exact) or
+``@ENCODERS.register("family:")``; it is built through one signature, ``ENCODERS.create(name, weights=...)`` =
+``spec.build(EncoderOptions(arg=<text after the colon>, weights=...))``. An exact entry declares its
+:class:`EncoderConfig` (feature dim and preprocessing) as the class attribute ``config``; a family's depends on the
+member and is known once built. Every encoder carries its config: ``preprocessing`` is its recorded form
+(JSON-able, stored in the feature file); ``preprocess`` applies it to uint8 image tensors, batched on the encoder's
+device (what extraction runs), and ``transform`` to one PIL RGB image on the CPU (the PIL kernels; extraction's
+``--preprocess workers``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 from PIL import Image
@@ -22,20 +27,103 @@ from torchvision.transforms.v2 import functional as TF
 
 from ..errors import UserError
 from ..featurestore import file_sha256 as sha256_file
-from ..registry import Registry
+from ..registry import Options, Registry, Spec
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+CROP_MODES = ("center", "squash")
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """What an encoder gives and how it wants its input, after timm's ``PretrainedCfg``.
+
+    Features: [B, ``dim``] (None: known once the encoder is built). Preprocessing of an image: resize with
+    ``interpolation`` to ``resize`` (default ⌊size / crop_pct⌋, size = ``input_size[1]``) on the short side (crop
+    mode ``center``) or on both sides (``squash``), centre-crop size × size, then ``x = (pixel/255 − mean) / std``
+    per channel. ``extra``: further (key, value) pairs recorded with the preprocessing (e.g. the model's own
+    wording of its scaling)."""
+
+    dim: int | None = None
+    input_size: tuple[int, int, int] = (3, 224, 224)
+    interpolation: str = "bilinear"
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    crop_pct: float = 0.875
+    crop_mode: str = "center"
+    resize: int | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        channels, h, w = self.input_size
+        failed = {f"input_size {self.input_size} is not (3, S, S)": channels != 3 or h != w or h < 1,
+                  f"interpolation {self.interpolation!r} is not one of {INTERPOLATIONS}":
+                      self.interpolation not in INTERPOLATIONS,
+                  f"crop_mode {self.crop_mode!r} is not one of {CROP_MODES}": self.crop_mode not in CROP_MODES,
+                  f"crop_pct {self.crop_pct} is not in (0, 1]": not 0 < self.crop_pct <= 1,
+                  "mean and std need 3 values each, std > 0": len(self.mean) != 3 or len(self.std) != 3
+                  or min(self.std) <= 0,
+                  f"dim {self.dim} is not a positive integer": self.dim is not None and self.dim < 1}
+        if any(failed.values()):
+            raise ValueError(f"EncoderConfig: {'; '.join(m for m, bad in failed.items() if bad)}")
+
+    @property
+    def size(self) -> int:
+        """The crop's side, ``input_size[1]``."""
+        return self.input_size[1]
+
+    def preprocessing(self) -> dict[str, Any]:
+        """The recorded (JSON-able) form, as :func:`build_transform` reads it: ``{"resize": r (or [r, r] when
+        squashed), "crop": size, "interpolation", "mean": [3], "std": [3], **extra}``."""
+        r = self.resize or math.floor(self.size / self.crop_pct)
+        return {"resize": [r, r] if self.crop_mode == "squash" else r, "crop": self.size,
+                "interpolation": self.interpolation, "mean": [float(m) for m in self.mean],
+                "std": [float(s) for s in self.std], **dict(self.extra)}
+
+    def with_dim(self, dim: int) -> "EncoderConfig":
+        return replace(self, dim=int(dim))
+
+
+@dataclass(frozen=True)
+class EncoderOptions(Options):
+    """What an encoder build takes: ``arg`` (after the family prefix) and ``weights`` (a file to load instead of
+    the entry's own weights; None: its own)."""
+
+    weights: Path | None = None
+
+
+class EncoderSpec(Spec):
+    """An encoder entry: ``build(options) -> Encoder``; exact entries declare their ``config``."""
+
+    Options = EncoderOptions
+    config: ClassVar[EncoderConfig | None] = None  # None: the family member decides (known once built)
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> "Encoder":
+        raise NotImplementedError(f"{cls.__name__} does not define build(options)")
 
 
 class Encoder(ABC):
-    """A frozen image encoder: ``encode(batch[B,3,H,W]) -> features[B, dim]``."""
+    """A frozen image encoder: ``encode(batch[B,3,H,W]) -> features[B, config.dim]``."""
 
     name: str
-    dim: int
-    preprocessing: dict[str, Any]
+    config: EncoderConfig
     weights_sha256: str | None = None
     readout: dict[str, Any] | None = None  # a ViT token readout (see readout.py); None: the encoder's own output
     device: torch.device = torch.device("cpu")
 
+    @property
+    def dim(self) -> int:
+        return int(self.config.dim)  # type: ignore[arg-type]
+
+    @property
+    def preprocessing(self) -> dict[str, Any]:
+        return self.config.preprocessing()
+
     def transform(self, img: Image.Image) -> torch.Tensor:
+        if getattr(self, "_transform_of", None) is not self.config:
+            self._transform, self._transform_of = build_transform(self.preprocessing), self.config
         return self._transform(img)
 
     def preprocess(self, groups: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -54,12 +142,12 @@ class Encoder(ABC):
 class TorchEncoder(Encoder):
     """An ``nn.Module`` whose forward returns [B, dim] features; eval mode, inference only, optional autocast."""
 
-    def __init__(self, name: str, module: torch.nn.Module, dim: int, preprocessing: dict[str, Any],
+    def __init__(self, name: str, module: torch.nn.Module, config: EncoderConfig,
                  weights_sha256: str | None = None) -> None:
-        self.name, self.module, self.dim = name, module.eval(), dim
-        self.preprocessing = preprocessing
+        if config.dim is None:
+            raise ValueError(f"TorchEncoder {name!r}: its config needs the feature dim")
+        self.name, self.module, self.config = name, module.eval(), config
         self.weights_sha256 = weights_sha256
-        self._transform = build_transform(preprocessing)
         self.amp_dtype: torch.dtype | None = None  # set by the extraction engine on CUDA
         for p in self.module.parameters():
             p.requires_grad_(False)
@@ -129,8 +217,7 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return obj
 
 
-EncoderBuilder = Callable[..., Encoder]
-ENCODERS: Registry[EncoderBuilder] = Registry("encoder")
+ENCODERS: Registry[type[EncoderSpec]] = Registry("encoder", base=EncoderSpec, group="mr2probe.encoders")
 
 
 class OnnxEncoder(Encoder):
@@ -139,13 +226,12 @@ class OnnxEncoder(Encoder):
     ``output`` names the graph tensor to read (a cut inside the graph is allowed: the graph is truncated
     there first); ``token`` picks one token of a [B, T, C] output (0 = CLS)."""
 
-    def __init__(self, name: str, model_path: Path, preprocessing: dict[str, Any], output: str | None = None,
+    def __init__(self, name: str, model_path: Path, config: EncoderConfig, output: str | None = None,
                  token: int | None = None, weights_sha256: str | None = None, threads: int = 0) -> None:
         import onnxruntime as ort
 
-        self.name, self.preprocessing, self.token = name, preprocessing, token
+        self.name, self.config, self.token = name, config, token
         self.weights_sha256 = weights_sha256 or sha256_file(model_path)
-        self._transform = build_transform(preprocessing)
         model_bytes = _truncate_onnx(model_path, output) if output else Path(model_path).read_bytes()
         opts = ort.SessionOptions()
         # onnxruntime ignores OMP_NUM_THREADS; follow torch's thread count (which honours it) unless told
@@ -155,8 +241,10 @@ class OnnxEncoder(Encoder):
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
             raise UserError(f"cannot load ONNX model {model_path}: {str(e).splitlines()[0][:160]}") from None
         self.input_name = self.session.get_inputs()[0].name
-        size = preprocessing["crop"]
-        self.dim = int(self.encode(torch.zeros(1, 3, size, size)).shape[1])
+        dim = int(self.encode(torch.zeros(1, 3, config.size, config.size)).shape[1])
+        if config.dim is not None and config.dim != dim:
+            raise UserError(f"{name}: {model_path} gives {dim} features, not the {config.dim} of {name}")
+        self.config = config.with_dim(dim)
 
     def encode(self, batch: torch.Tensor) -> torch.Tensor:
         out = self.session.run(None, {self.input_name: batch.detach().cpu().float().numpy()})[0]
@@ -201,7 +289,7 @@ def export_onnx(encoder: TorchEncoder) -> Path:
                          .encode()).hexdigest()[:16]
     path = cache / f"{encoder.name.replace('/', '_').replace(':', '_')}-{key}.onnx"
     if not path.exists():
-        size = encoder.preprocessing["crop"]
+        size = encoder.config.size
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         fastpath = torch.backends.mha.get_fastpath_enabled()
         torch.backends.mha.set_fastpath_enabled(False)  # nn.MultiheadAttention's fused kernel has no ONNX form
@@ -227,8 +315,7 @@ def cpu_runtime(encoder: Encoder, runtime: str) -> Encoder:
         if runtime == "onnx":
             raise UserError("--runtime onnx needs: pip install onnxruntime onnx") from None
         return encoder
-    onnx_enc = OnnxEncoder(encoder.name, export_onnx(encoder), encoder.preprocessing,
-                           weights_sha256=encoder.weights_sha256)
-    onnx_enc.preprocessing = dict(encoder.preprocessing, runtime="onnxruntime")
+    config = replace(encoder.config, extra=encoder.config.extra + (("runtime", "onnxruntime"),))
+    onnx_enc = OnnxEncoder(encoder.name, export_onnx(encoder), config, weights_sha256=encoder.weights_sha256)
     onnx_enc.readout = encoder.readout
     return onnx_enc

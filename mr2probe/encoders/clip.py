@@ -11,9 +11,10 @@
   The suffix ``@preproj`` gives the ViT tower's pooled features before the projection instead
   (``clip:ViT-B-16/openai@preproj``: 768-d), i.e. the transformer width.
 
-Preprocessing follows open_clip's configuration of the tag (image size, mean/std, interpolation, resize
-mode): ``shortest`` = resize the short side to the image size and centre-crop, ``squash`` = resize both sides
-(recorded as ``resize: [size, size]``). Tags trained with QuickGELU (OpenAI's) are built with QuickGELU.
+Preprocessing (the encoder's :class:`~._base.EncoderConfig`) follows open_clip's configuration of the tag (image
+size, mean/std, interpolation, resize mode): ``shortest`` = resize the short side to the image size and centre-crop,
+``squash`` = resize both sides (recorded as ``resize: [size, size]``). Tags trained with QuickGELU (OpenAI's) are
+built with QuickGELU.
 """
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ from typing import Any, Iterator
 import torch
 
 from ..errors import UserError
-from ._base import ENCODERS, TorchEncoder, load_state_dict, sha256_file
+from ._base import ENCODERS, EncoderConfig, EncoderOptions, EncoderSpec, TorchEncoder, load_state_dict, sha256_file
 
 RANDOM_TAGS = ("random", "none")
 OPTIONS = ("preproj",)
+RESIZE_MODES = {"shortest": "center", "squash": "squash"}  # open_clip's resize mode → EncoderConfig.crop_mode
 
 
 class _ImageTower(torch.nn.Module):
@@ -64,22 +66,20 @@ def parse_name(arg: str) -> tuple[str, str | None, bool]:
     return arch, tag, option == "preproj"
 
 
-def preprocessing_of(cfg: dict[str, Any]) -> dict[str, Any]:
-    """open_clip's preprocess config (size, mean, std, interpolation, resize_mode) → build_transform format."""
+def config_of(cfg: dict[str, Any], dim: int | None = None) -> EncoderConfig:
+    """open_clip's preprocess config (size, mean, std, interpolation, resize_mode) → the encoder's config: resize
+    to the image size (crop_pct 1), on the short side (``shortest``) or both sides (``squash``), then centre-crop."""
     size = cfg["size"]
     if isinstance(size, (tuple, list)):
         if size[0] != size[1]:
             raise UserError(f"non-square CLIP input size {tuple(size)} is not supported")
         size = size[0]
     mode = cfg.get("resize_mode", "shortest")
-    if mode == "shortest":
-        resize: int | list[int] = int(size)
-    elif mode == "squash":
-        resize = [int(size), int(size)]
-    else:
+    if mode not in RESIZE_MODES:
         raise UserError(f"CLIP resize mode {mode!r} is not supported (only 'shortest' and 'squash')")
-    return {"resize": resize, "crop": int(size), "interpolation": cfg.get("interpolation", "bicubic"),
-            "mean": [float(m) for m in cfg["mean"]], "std": [float(s) for s in cfg["std"]], "resize_mode": mode}
+    return EncoderConfig(dim=dim, input_size=(3, int(size), int(size)), crop_pct=1.0, crop_mode=RESIZE_MODES[mode],
+                         interpolation=cfg.get("interpolation", "bicubic"), mean=tuple(map(float, cfg["mean"])),
+                         std=tuple(map(float, cfg["std"])), extra=(("resize_mode", mode),))
 
 
 @contextlib.contextmanager
@@ -142,12 +142,15 @@ def build_clip(arch: str, tag: str | None, preproj: bool, weights: Path | None, 
                             f"{arch}'s tower ({type(model.visual).__name__}) has none to skip")
         dim = int(proj.shape[0])
         model.visual.proj = None
-    pre = preprocessing_of(open_clip.get_model_preprocess_cfg(model))
-    return TorchEncoder(name, _ImageTower(model), dim, pre, sha256_file(weights) if weights else None)
+    config = config_of(open_clip.get_model_preprocess_cfg(model), dim)
+    return TorchEncoder(name, _ImageTower(model), config, sha256_file(weights) if weights else None)
 
 
 @ENCODERS.register("clip:")
-def build(arg: str, weights: Path | None) -> TorchEncoder:
+class Clip(EncoderSpec):
     """clip:ARCH/TAG[@preproj] - open_clip image tower (TAG random = random init; @preproj = pre-projection)"""
-    arch, tag, preproj = parse_name(arg)
-    return build_clip(arch, tag, preproj, weights, f"clip:{arg}")
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> TorchEncoder:
+        arch, tag, preproj = parse_name(options.arg)
+        return build_clip(arch, tag, preproj, options.weights, cls.name + options.arg)

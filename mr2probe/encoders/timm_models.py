@@ -12,13 +12,13 @@
 * ``@random`` builds the model with random weights (seeded: the same on every build), offline
   (``timm:resnet18@random``): for tests and smoke runs.
 
-Preprocessing is ``timm.data.resolve_data_config`` of the model's pretrained config: resize to
+Preprocessing (the encoder's :class:`~._base.EncoderConfig`) is ``timm.data.resolve_data_config`` of the model's
+pretrained config: resize to
 ``floor(size / crop_pct)`` (short side, or both sides for crop mode ``squash``), centre-crop ``size``, the
 tag's interpolation and mean/std.
 """
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ._base import ENCODERS, TorchEncoder, load_state_dict, sha256_file
+from ._base import ENCODERS, EncoderConfig, EncoderOptions, EncoderSpec, TorchEncoder, load_state_dict, sha256_file
 
 OPTIONS = ("random",)
 HF_HUB = "hf-hub:"
@@ -49,23 +49,19 @@ def parse_name(arg: str) -> tuple[str, bool]:
     return name, option == "random"
 
 
-def preprocessing_of(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A ``resolve_data_config`` dict → build_transform format (as timm's eval transform does it)."""
+def config_of(cfg: dict[str, Any], dim: int | None = None) -> EncoderConfig:
+    """A ``resolve_data_config`` dict → the encoder's config (resize ⌊size / crop_pct⌋, as timm's eval transform);
+    crop_pct and crop_mode are recorded with the preprocessing too."""
     _, h, w = cfg["input_size"]
     if h != w:
         raise UserError(f"non-square timm input size {h}x{w} is not supported")
     crop_pct = float(cfg.get("crop_pct") or 0.875)
     mode = cfg.get("crop_mode") or "center"
-    scale = math.floor(h / crop_pct)
-    if mode == "center":
-        resize: int | list[int] = scale
-    elif mode == "squash":
-        resize = [scale, scale]
-    else:
+    if mode not in ("center", "squash"):
         raise UserError(f"timm crop mode {mode!r} is not supported (only 'center' and 'squash')")
-    return {"resize": resize, "crop": int(h), "interpolation": cfg.get("interpolation", "bicubic"),
-            "mean": [float(m) for m in cfg["mean"]], "std": [float(s) for s in cfg["std"]],
-            "crop_pct": crop_pct, "crop_mode": mode}
+    return EncoderConfig(dim=dim, input_size=(3, int(h), int(h)), crop_pct=crop_pct, crop_mode=mode,
+                         interpolation=cfg.get("interpolation", "bicubic"), mean=tuple(map(float, cfg["mean"])),
+                         std=tuple(map(float, cfg["std"])), extra=(("crop_pct", crop_pct), ("crop_mode", mode)))
 
 
 def _load_weights(model: torch.nn.Module, path: Path) -> None:
@@ -85,15 +81,21 @@ def _load_weights(model: torch.nn.Module, path: Path) -> None:
 
 
 @ENCODERS.register("timm:")
-def build(arg: str, weights: Path | None) -> TorchEncoder:
+class Timm(EncoderSpec):
     """timm:NAME[@random] - any timm model or hf-hub:ORG/NAME, pooled features (num_classes=0); @random = random init"""
-    return build_timm(arg, weights, f"timm:{arg}")
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> TorchEncoder:
+        return build_timm(options.arg, options.weights, cls.name + options.arg)
 
 
 @ENCODERS.register(HF_HUB)
-def build_hf_hub(arg: str, weights: Path | None) -> TorchEncoder:
+class HfHub(EncoderSpec):
     """hf-hub:ORG/NAME[@random] - a timm model on the Hugging Face hub (as timm:hf-hub:ORG/NAME)"""
-    return build_timm(HF_HUB + arg, weights, HF_HUB + arg)
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> TorchEncoder:
+        return build_timm(HF_HUB + options.arg, options.weights, cls.name + options.arg)
 
 
 def build_timm(arg: str, weights: Path | None, label: str) -> TorchEncoder:
@@ -114,5 +116,5 @@ def build_timm(arg: str, weights: Path | None, label: str) -> TorchEncoder:
     if weights is not None:
         _load_weights(model, weights)
     dim = int(getattr(model, "head_hidden_size", None) or model.num_features)
-    pre = preprocessing_of(resolve_data_config({}, model=model))
-    return TorchEncoder(label, model, dim, pre, sha256_file(weights) if weights else None)
+    config = config_of(resolve_data_config({}, model=model), dim)
+    return TorchEncoder(label, model, config, sha256_file(weights) if weights else None)

@@ -11,17 +11,14 @@ ImageNet mean/std. (``dinov2-s14`` is the offline ONNX ViT-S/14 bundled in a PyP
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from ..errors import UserError
-from ._base import ENCODERS, TorchEncoder, load_state_dict, sha256_file
+from ._base import ENCODERS, EncoderConfig, EncoderOptions, EncoderSpec, TorchEncoder, load_state_dict, sha256_file
 
 REPO = "facebookresearch/dinov2"
 NAMES = tuple(f"dinov2_vit{size}14{reg}" for reg in ("", "_reg") for size in ("s", "b", "l", "g"))
-PREPROCESSING = {"resize": 256, "crop": 224, "interpolation": "bicubic",
-                 "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+SIZES = {"s": ("ViT-S/14", 384), "b": ("ViT-B/14", 768), "l": ("ViT-L/14", 1024), "g": ("ViT-g/14", 1536)}
 
 
 def _first_line(e: BaseException) -> str:
@@ -38,27 +35,33 @@ def hub_load(name: str, pretrained: bool) -> torch.nn.Module:
         raise UserError(f"cannot load {name} from torch hub {REPO} ({_first_line(e)[:200]}){hint}") from None
 
 
-def build_hub_dinov2(name: str, weights: Path | None) -> TorchEncoder:
-    """The encoder of hub model ``name`` (see the module doc)."""
-    model = hub_load(name, pretrained=weights is None)
-    if weights is not None:
-        try:
-            model.load_state_dict(load_state_dict(weights), strict=True)
-        except RuntimeError as e:
-            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-            raise UserError(f"{weights} does not match {name}: {' '.join(lines[:2])[:300]}") from None
-    return TorchEncoder(name, model, int(model.embed_dim), dict(PREPROCESSING),
-                        sha256_file(weights) if weights else None)
+def hub_config(dim: int) -> EncoderConfig:
+    """DINOv2's evaluation transform: resize 256 bicubic, centre-crop 224, ImageNet mean/std; ``dim`` features."""
+    return EncoderConfig(dim=dim, input_size=(3, 224, 224), crop_pct=0.875, interpolation="bicubic")
+
+
+class _HubDinov2(EncoderSpec):
+    """A DINOv2 backbone from torch hub (see the module doc)."""
+
+    @classmethod
+    def build(cls, options: EncoderOptions) -> TorchEncoder:
+        weights = options.weights
+        model = hub_load(cls.name, pretrained=weights is None)
+        if weights is not None:
+            try:
+                model.load_state_dict(load_state_dict(weights), strict=True)
+            except RuntimeError as e:
+                lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+                raise UserError(f"{weights} does not match {cls.name}: {' '.join(lines[:2])[:300]}") from None
+        config = cls.config.with_dim(int(model.embed_dim))  # the model's own width (the declared one, as a rule)
+        return TorchEncoder(cls.name, model, config, sha256_file(weights) if weights else None)
 
 
 def _register(name: str) -> None:
-    size = {"s": "ViT-S/14", "b": "ViT-B/14", "l": "ViT-L/14", "g": "ViT-g/14"}[name[len("dinov2_vit")]]
+    size, dim = SIZES[name[len("dinov2_vit")]]
     reg = " with registers" if name.endswith("_reg") else ""
-
-    def build(arg: str, weights: Path | None) -> TorchEncoder:
-        return build_hub_dinov2(name, weights)
-
-    ENCODERS.register(name, help=f"DINOv2 {size}{reg} from torch hub ({REPO}), normed class token")(build)
+    doc = f"DINOv2 {size}{reg} from torch hub ({REPO}), normed class token"
+    ENCODERS.register(name)(type(f"Hub_{name}", (_HubDinov2,), {"__doc__": doc, "config": hub_config(dim)}))
 
 
 for _name in NAMES:
