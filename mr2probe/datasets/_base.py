@@ -1,7 +1,9 @@
 """The dataset registry and the two small types every dataset entry returns.
 
-An entry is a function ``build(root: Path | None, download: bool) -> ImageDataset`` registered with
-``@DATASETS.register("name")``. Labels are available without decoding images (``split.labels``), images are
+An entry is a :class:`DatasetSpec` subclass registered with ``@DATASETS.register("name")`` (or ``"family:"``), built
+through one signature, ``DATASETS.create(name, root=..., download=...)`` = ``spec.build(DatasetOptions(arg=<text
+after the colon>, root=..., download=...))``; third-party ones join through the entry-point group
+``mr2probe.datasets``. Labels are available without decoding images (``split.labels``), images are
 decoded one at a time (``split.image(i)`` → RGB PIL image) so extraction can shard, resume and stream. A split
 whose images are files also names them (``split.file(i)``; ``split.read(i)`` gives the bytes of one stored inside
 another file, such as a tar shard): extraction then reads their bytes (``split.raw(i)``)
@@ -11,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 import torch
 from PIL import Image
 
 from ..errors import UserError
-from ..registry import Registry
+from ..registry import Options, Registry, Spec
 from ._decode import decode_rgb, pil_pixels
 from ._torchvision import one_line
 
@@ -73,8 +75,27 @@ class ImageDataset:
         return self.splits[name]
 
 
-DatasetBuilder = Callable[..., ImageDataset]
-DATASETS: Registry[DatasetBuilder] = Registry("dataset")
+@dataclass(frozen=True)
+class DatasetOptions(Options):
+    """What a dataset build takes: ``arg`` (after the family prefix), ``root`` (the folder that holds its files;
+    None: the entry's default places) and ``download`` (fetch what is missing, where the entry can)."""
+
+    root: Path | None = None
+    download: bool = False
+
+
+class DatasetSpec(Spec):
+    """A dataset entry: ``build(options: DatasetOptions) -> ImageDataset``."""
+
+    Options = DatasetOptions
+    downloadable: ClassVar[bool] = False  # whether ``download=True`` (--download) can fetch its files
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        raise NotImplementedError(f"{cls.__name__} does not define build(options)")
+
+
+DATASETS: Registry[type[DatasetSpec]] = Registry("dataset", base=DatasetSpec, group="mr2probe.datasets")
 
 
 def require_dir(root: Path | None, what: str) -> Path:

@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ._base import DATASETS, ImageDataset, ImageSplit
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, ImageSplit
 from ._torchvision import dataset_root, fix_hint, one_line, user_errors
 
 
@@ -103,12 +103,22 @@ def load_cifar(layout: _Layout, root: Path | None, download: bool) -> ImageDatas
 
 
 @DATASETS.register("cifar10", help="CIFAR-10, 10 classes, 50k/10k 32x32 (--root with cifar-10-batches-py/)")
-def cifar10(root: Path | None, download: bool = False) -> ImageDataset:
+class Cifar10(DatasetSpec):
     """CIFAR-10: official train (5 batches) / test split."""
-    return load_cifar(CIFAR10, root, download)
+
+    downloadable = True
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return load_cifar(CIFAR10, options.root, options.download)
 
 
 @DATASETS.register("cifar100", help="CIFAR-100, 100 fine classes, 50k/10k 32x32 (--root with cifar-100-python/)")
-def cifar100(root: Path | None, download: bool = False) -> ImageDataset:
+class Cifar100(DatasetSpec):
     """CIFAR-100 (fine labels): official train / test split."""
-    return load_cifar(CIFAR100, root, download)
+
+    downloadable = True
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return load_cifar(CIFAR100, options.root, options.download)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
-from ._base import DATASETS, DatasetBuilder, ImageDataset, ImageSplit
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, ImageSplit
 from ._torchvision import dataset_root, user_errors
 
 
@@ -111,14 +111,17 @@ def load_torchvision(spec: _Spec, root: Path | None, download: bool) -> ImageDat
     return ImageDataset(name=spec.name, class_names=class_names, splits=splits, source=str(root))
 
 
-def _builder(spec: _Spec) -> DatasetBuilder:
-    def build(root: Path | None, download: bool = False) -> ImageDataset:
-        return load_torchvision(spec, root, download)
+class _TorchvisionSet(DatasetSpec):
+    """A fine-grained set read through torchvision (``layout``: its ``_Spec``)."""
 
-    build.__name__ = spec.name.replace("-", "_")
-    build.__doc__ = spec.help
-    return build
+    layout: _Spec
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return load_torchvision(cls.layout, options.root, options.download)
 
 
 for _spec in SPECS:
-    DATASETS.register(_spec.name, help=_spec.help)(_builder(_spec))
+    DATASETS.register(_spec.name)(type(_spec.torchvision_class, (_TorchvisionSet,),
+                                       {"__doc__": _spec.help, "layout": _spec,
+                                                              "downloadable": _spec.downloadable}))

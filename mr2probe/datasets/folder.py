@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from ._base import DATASETS, ImageDataset, ImageSplit, require_dir
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, ImageSplit, require_dir
 from ._folders import class_folders, folder_split
 
 LAYOUT = "train/<class>/*.jpg and test/<class>/*.jpg (optional val/<class>/*.jpg), or <class>/*.jpg"
@@ -150,13 +150,19 @@ def _imagefolder(root: Path | None, arg: str | None) -> ImageDataset:
 
 @DATASETS.register("imagefolder", help="Your class folders under --root: train/<class>/*, test/<class>/*[, val/], "
                                        "or a plain <class>/* tree split 0.7/0.1/0.2 (stratified, seed 0)")
-def imagefolder(root: Path | None, download: bool = False) -> ImageDataset:
+class ImageFolder(DatasetSpec):
     """Class-folder tree under --root: train/ and test/ (optional val/), or plain <class>/ folders split seeded."""
-    return _imagefolder(root, None)
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return _imagefolder(options.root, None)
 
 
 @DATASETS.register("imagefolder:", help="imagefolder:TRAIN,VAL,TEST[,seed=N]: a plain <class>/* tree under --root "
                                         "with your split fractions and seed (e.g. imagefolder:0.8,0,0.2,seed=1)")
-def imagefolder_split(root: Path | None, download: bool = False, arg: str = "") -> ImageDataset:
+class ImageFolderSplit(DatasetSpec):
     """A plain <class>/* tree under --root, split train/val/test by the fractions and seed in the name."""
-    return _imagefolder(root, arg)
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return _imagefolder(options.root, options.arg)

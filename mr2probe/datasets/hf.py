@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
-from ._base import DATASETS, ImageDataset, ImageSplit
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, ImageSplit
 from ._torchvision import one_line
 
 OPTIONS = ("image", "label", "config", "train", "val", "test")
@@ -137,8 +137,16 @@ def _split(ds: Any, image: str, label: str, what: str, theirs: str) -> ImageSpli
 
 @DATASETS.register("hf:", help="Hugging Face DatasetDict: hf:SAVE_TO_DISK_FOLDER or hf:HUB_NAME[,image=COL]"
                                "[,label=COL][,config=NAME][,test=SPLIT] (needs `pip install datasets`)")
-def hf(root: Path | None, download: bool = False, arg: str = "") -> ImageDataset:
+class HuggingFace(DatasetSpec):
     """A Hugging Face DatasetDict (save_to_disk folder or hub name) with an Image and a ClassLabel column."""
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return load_hf(options.arg, options.root)
+
+
+def load_hf(arg: str, root: Path | None) -> ImageDataset:
+    """The DatasetDict ``arg`` names (see :func:`parse_spec`), opened under ``root`` where a folder."""
     spec, options = parse_spec(arg)
     what = f"hf:{arg}"
     data, source = _open(spec, root, options.get("config"))

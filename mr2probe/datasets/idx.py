@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ._base import DATASETS, ImageDataset, ImageSplit
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, ImageSplit
 
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
@@ -72,8 +72,12 @@ def first_existing(candidates: list[Path | None], what: str) -> Path:
 
 
 @DATASETS.register("fashion-mnist", help="Fashion-MNIST, 10 classes, 60k/10k (IDX; Debian dataset-fashion-mnist)")
-def fashion_mnist(root: Path | None, download: bool = False) -> ImageDataset:
-    env = os.environ.get("MR2PROBE_FASHION_MNIST")
-    folder = first_existing([root, Path(env) if env else None, Path("/usr/share/datasets/fashion-mnist")],
-                            "Fashion-MNIST IDX files (apt-get install dataset-fashion-mnist)")
-    return idx_dataset("fashion-mnist", folder, FASHION_MNIST_CLASSES)
+class FashionMnist(DatasetSpec):
+    """Fashion-MNIST from IDX files (--root, $MR2PROBE_FASHION_MNIST, or Debian's /usr/share/datasets)."""
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        env = os.environ.get("MR2PROBE_FASHION_MNIST")
+        folder = first_existing([options.root, Path(env) if env else None, Path("/usr/share/datasets/fashion-mnist")],
+                                "Fashion-MNIST IDX files (apt-get install dataset-fashion-mnist)")
+        return idx_dataset("fashion-mnist", folder, FASHION_MNIST_CLASSES)

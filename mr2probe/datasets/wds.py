@@ -38,7 +38,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import UserError
-from ._base import DATASETS, ImageDataset, ImageSplit
+from ._base import DATASETS, DatasetOptions, DatasetSpec, ImageDataset, ImageSplit
 from ._torchvision import one_line
 
 SPLITS = ("train", "val", "test")
@@ -213,8 +213,16 @@ def _class_names(labels: dict[str, list[str]], classes_file: Path | None, what: 
 
 @DATASETS.register("wds:", help="WebDataset tar shards (image + .cls per sample): wds:train=PATTERN,test=PATTERN"
                                 "[,val=PATTERN] or wds:DIR_PATTERN/{split}-{000000..000003}.tar (under --root)")
-def wds(root: Path | None, download: bool = False, arg: str = "") -> ImageDataset:
+class WebDataset(DatasetSpec):
     """WebDataset tar shards per split (image + class file per sample), read with tarfile."""
+
+    @classmethod
+    def build(cls, options: DatasetOptions) -> ImageDataset:
+        return load_wds(options.arg, options.root)
+
+
+def load_wds(arg: str, root: Path | None) -> ImageDataset:
+    """The shards ``arg`` names (see :func:`parse_spec`), relative patterns under ``root``."""
     what = f"wds:{arg}"
     patterns, options, val_optional = parse_spec(arg)
     for s in ("train", "test"):
