@@ -574,11 +574,14 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
     from .experiment import run_experiment
     from .report import report_run
     from .settings import split_report
+    from .tracking import check_spec, tracked
 
     out = Path(out) if out is not None else Path("runs") / suite.name
     if suite.skipped_methods:
         log(f"methods all: skipping {', '.join(suite.skipped_methods)} (needs adapter = \"linear\" or \"mlp\")")
     entries = suite.entries()
+    for spec in dict.fromkeys(() if report_only else (e.train.get("log", "") for e in entries)):
+        check_spec(spec)  # [train] log: a bad spec or a missing library stops the suite before any run
     keys = {e.name: _source_key(suite, e, features_dir) for e in entries}
     results: list[CellResult] = []
     prepared: dict[str, tuple[Path | None, str]] = {}
@@ -612,13 +615,17 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
             if why:
                 continue
         try:
-            if not report_only:
-                run_experiment(entry_config(entry, feats, run_dir, progress))
-            if rank_world()[0] != 0:
-                continue  # under torchrun rank 0 reports and writes summary.md
-            # tables and the four PNGs, as `mr2probe report`; its summary has the bootstrap CIs
-            report = split_report(entry.train)[0]
-            summary = report_run(run_dir, report["groups_on"], plots=True, margin=report["equivalence_margin"]).summary
+            cfg = None if report_only else entry_config(entry, feats, run_dir, progress)
+            with tracked(cfg, entry.name, out.name) as tracker:  # [train] log: the run's experiment tracker
+                if cfg is not None:
+                    run_experiment(cfg, on_epoch=tracker.epoch)
+                if rank_world()[0] != 0:
+                    continue  # under torchrun rank 0 reports and writes summary.md
+                # tables and the four PNGs, as `mr2probe report`; its summary has the bootstrap CIs
+                report = split_report(entry.train)[0]
+                summary = report_run(run_dir, report["groups_on"], plots=True,
+                                     margin=report["equivalence_margin"]).summary
+                tracker.final(summary, run_dir)
         except UserError as e:
             log(f"failed {entry.title}: {e}")
             results.append(CellResult(dataset, encoder, head, "failed", str(e), run_dir, None, name))

@@ -218,6 +218,7 @@ def train(
     from .experiment import config_from_settings, run_experiment
     from .methods import resolve_methods
     from .report import clear_rendered, report_run, terminal_table
+    from .tracking import tracked
 
     settings, params = _with_config_file(ctx, config, settings, _method_params(set_))
     if print_config:
@@ -244,13 +245,15 @@ def train(
                    f"or pass --reference {cfg.reference_method}", err=True)
     init_distributed()
     before = _mtime(out / "results.json")
-    run_experiment(cfg)
-    if rank_world()[0] != 0:
-        return  # under torchrun rank 0 writes and reports the run folder
-    # a finished folder that already held these results is kept as it is; only its tables are rendered again
-    kept = before is not None and before == _mtime(out / "results.json")
-    gone = [] if kept else clear_rendered(out)  # plots and report.html of the folder's earlier results
-    summary = report_run(out, report["groups_on"], margin=report["equivalence_margin"]).summary
+    with tracked(cfg, out.name) as tracker:  # --log: the experiment tracker (rank 0; none without --log)
+        run_experiment(cfg, on_epoch=tracker.epoch)
+        if rank_world()[0] != 0:
+            return  # under torchrun rank 0 writes and reports the run folder
+        # a finished folder that already held these results is kept as it is; only its tables are rendered again
+        kept = before is not None and before == _mtime(out / "results.json")
+        gone = [] if kept else clear_rendered(out)  # plots and report.html of the folder's earlier results
+        summary = report_run(out, report["groups_on"], margin=report["equivalence_margin"]).summary
+        tracker.final(summary, out)
     typer.echo(terminal_table(summary, wide=wide))
     if test_features is not None:
         typer.echo(_shifted_text(out, test_features, class_map, report["groups_on"]))

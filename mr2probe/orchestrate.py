@@ -34,7 +34,10 @@ from .runstore import (FINISHED_BEFORE, SeedStack, _config_key, budget_record, c
 from .selection import Features, Log, Test, calibrate_budget, refit_note, refit_steps, train_seed
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE
 from .source import StreamedFeatures, resolve_max_memory, stream_layout
-from .trainer import TrainData, checkpoint_steps, expand_runs, pick_device, train_steps
+from .trainer import EpochHook, TrainData, checkpoint_steps, expand_runs, pick_device, train_steps
+
+StackHook = Callable[[int, int, dict[str, float]], None]
+"""(seed, epochs done, method → its best val score) at the end of every epoch of a seed stack."""
 
 
 # ---- data --------------------------------------------------------------------------------------------------
@@ -133,6 +136,7 @@ class Run:
     probe_cache: dict[Any, Any] = field(default_factory=dict)
     episode_cache: dict[int, TrainData] = field(default_factory=dict)
     calibration: dict[str, Any] | None = None
+    on_epoch: StackHook | None = None  # each seed stack's val scores at its epoch ends (an experiment tracker)
 
     def __post_init__(self) -> None:
         self.given = self.cfg  # as given: results.json's config and the run's identity
@@ -162,9 +166,11 @@ class Run:
                             self.stream)
 
 
-def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
+def run_experiment(cfg: ExperimentConfig, on_epoch: StackHook | None = None) -> dict[str, Any]:
     """Train every (method, seed), write RUN_DIR/results.json and predictions.npz; return the results as
     results.json holds them (:meth:`RunResults.to_dict`; ``{}`` on ranks other than 0 under torchrun).
+    ``on_epoch(seed, epochs done, method → best val score)`` at the end of every epoch of each seed stack this
+    process trains (:data:`StackHook`; the null control's scores under its name; :mod:`mr2probe.tracking`).
 
     The features are loaded onto the device if train + val + test as float32 fit in ``cfg.max_memory``, else
     streamed from the file, which stays open until the end."""
@@ -180,7 +186,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict[str, Any]:
     h5 = None if in_memory else h5py.File(cfg.features, "r")
     try:
         data, test, sizes = prepare_data(fs, cfg, device, h5, max_memory)
-        run = Run(cfg, fs, device, data, test, sizes, max_memory, t_start)
+        run = Run(cfg, fs, device, data, test, sizes, max_memory, t_start, on_epoch=on_epoch)
         results = _train_and_write(run, feature_bytes)
         return results.to_dict() if results is not None else {}
     finally:
@@ -326,10 +332,18 @@ def _train_part(stack: SeedStack, run: Run, bar: Any) -> None:
         run.log(msg)
 
     runs, preds, heads = train_seed(run.episode_data(stack.episode), run.test, stack.cfg, stack.seed, seed_log, bar,
-                                    run.probe_cache)
+                                    run.probe_cache,
+                                    on_epoch=_stack_hook(run.on_epoch, stack))
     for r in runs:
         r.episode = stack.episode
     write_part(stack, runs, preds, heads, said)
+
+
+def _stack_hook(on_epoch: StackHook | None, stack: SeedStack) -> EpochHook | None:
+    """``on_epoch`` for one seed stack's epochs: its seed, and the null control's scores under its name."""
+    if on_epoch is None:
+        return None
+    return lambda epoch, scores: on_epoch(stack.seed, epoch, {stack.rename or m: v for m, v in scores.items()})
 
 
 def _gather_parts(stacks: list[SeedStack], fresh: set[Path], order: list[str], log: Callable[[str], None]

@@ -77,7 +77,8 @@ class ExperimentConfig:
 
 
 TRAIN_CONFIG_SETTINGS = ("epochs", "batch_size", "lr", "wd", "l2", "min_steps", "budget_rule", "max_steps", "search",
-                         "scale", "method_grid", "device", "compile", "cuda_graph", "tf32")
+                         "scale", "method_grid", "device", "compile", "cuda_graph", "tf32",
+                         "log")
 """The settings that are :class:`TrainConfig` fields, under their own names."""
 
 

@@ -38,7 +38,8 @@ KEY_NAMES = {new: old for old, new in LEGACY_TRAIN_NAMES.items()}
 weight_decays, l2 → l2s, scale → scales, method_grid → use_method_grids: the field names the keys of earlier parts
 were hashed under, as results.json held them then): a part key is built under those names, so a resumed run still
 finds the parts it finished before the rename."""
-ENGINE_SETTINGS = ("compile", "cuda_graph", "tf32")  # how a GPU runs the step: the same heads within float rounding
+ENGINE_SETTINGS = ("compile", "cuda_graph", "tf32", "log")  # how a GPU runs the step (the same heads within float
+# rounding) and the experiment tracker the run is logged to: not part of a part key or a run's identity
 FINISHED_BEFORE = ("this run is finished: the folder's results.json was made by the same settings from features of the "
                    "same content (its parts/ are gone, e.g. in a fresh clone): kept as it is, nothing trained")
 Log = Callable[[str], None]

@@ -31,8 +31,8 @@ from .results import RunRecord
 from .runconfig import ExperimentConfig
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE
 from .source import StreamedFeatures
-from .trainer import (RunSpec, TrainData, TrainedStack, budget, chunk_rows, expand_runs, select_scores, train_stack,
-                      train_steps)
+from .trainer import (EpochHook, RunSpec, TrainData, TrainedStack, budget, chunk_rows, expand_runs, select_scores,
+                      train_stack, train_steps)
 
 Features = torch.Tensor | StreamedFeatures
 Test = tuple[Features, torch.Tensor]  # test features and labels
@@ -272,9 +272,10 @@ def select_method(method: str, seed: int, trained: TrainedStack, scores: np.ndar
 
 
 def train_seed(data: TrainData, test: Test, cfg: ExperimentConfig, seed: int, log: Log, bar: Any = None,
-               probe_cache: dict[Any, Any] | None = None
+               probe_cache: dict[Any, Any] | None = None, on_epoch: EpochHook | None = None
                ) -> tuple[list[RunRecord], dict[str, np.ndarray], dict[str, torch.Tensor]]:
-    """Train all methods × grid points of one seed in one stack; select on val; evaluate once on test
+    """Train all methods × grid points of one seed in one stack (``on_epoch``: its val scores at every epoch's end,
+    :data:`~mr2probe.trainer.EpochHook`); select on val; evaluate once on test
     (:func:`select_method`), under ``refit`` the selected heads trained again on train ∪ val (:func:`refit_heads`);
     the exact probes among the methods fitted alone (:func:`reference_probe_run`).
     Returns the runs, the test predictions and the saved heads' parameters ("method/seed/param" → tensor)."""
@@ -289,7 +290,8 @@ def train_seed(data: TrainData, test: Test, cfg: ExperimentConfig, seed: int, lo
         return runs, preds, saved
     t0 = time.time()
     trained = train_stack(data, expand_runs(stack_methods, [seed], cfg.train), cfg.train, log,
-                          description=f"sweep {len(stack_methods)} methods", bar=bar, select=cfg.select)
+                          description=f"sweep {len(stack_methods)} methods", bar=bar, select=cfg.select,
+                          on_epoch=on_epoch)
     wall = time.time() - t0
     val_logits = trained.predict(data.val_x)
     scores = select_scores(val_logits, data.val_y, data.num_classes, cfg.select)

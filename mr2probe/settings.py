@@ -219,6 +219,9 @@ TRAIN: dict[str, Setting] = {s.name: s for s in [
     Setting("cuda_graph", "bool", True, "On a GPU with the step compiled, capture it as a CUDA graph and replay it "
             "(captured again after each halving cut)."),
     Setting("tf32", "bool", True, "On a GPU, TF32 matrix products for float32 features (off: strict FP32)."),
+    Setting("log", "str", "", "Experiment tracker (mr2probe.tracking): tensorboard:DIR, mlflow[:URI] or "
+            "wandb[:PROJECT]; logs the settings, each method's best val score at every epoch end and the final "
+            "table. Needs its extra (pip install 'mr2probe[wandb]'); empty: none. Not part of the run's key."),
 ]}
 
 

@@ -68,7 +68,7 @@ def test_cli_and_suite_build_the_same_config(tmp_path: Path, monkeypatch: pytest
     class Stop(Exception):
         pass
 
-    def capture(cfg):
+    def capture(cfg, on_epoch=None):
         seen.append(cfg)
         raise Stop
 
