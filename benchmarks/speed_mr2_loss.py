@@ -16,7 +16,7 @@ import time
 import torch
 
 from mr2probe.heads import ProbeConfig, ProbeStack
-from mr2probe.methods import METHODS, Batch, FitContext
+from mr2probe.methods import METHODS, Batch, FitContext, FitData, FitSchedule, HeadsView
 from mr2probe.optim import StackedAdamW
 
 
@@ -25,12 +25,12 @@ def make_method(name: str, x: torch.Tensor, y: torch.Tensor, k: int, probe: Prob
         with torch.no_grad():
             yield probe.represent(x), y
 
-    ctx = FitContext(x=x, y=y, val_x=x[:8], val_y=y[:8], num_classes=k, probe=cfg, epochs=1, batch_size=len(y),
-                     rep_dim=probe.out_dim, seed=0, represent_train=represent_train,
-                     predict=lambda v: probe(v)[1], train_aux=lambda *a: None, log=lambda m: None)
+    ctx = FitContext(data=FitData(x=x, y=y, val_x=x[:8], val_y=y[:8], num_classes=k),
+                     heads=HeadsView(config=cfg, rep_dim=probe.out_dim, represent_train=represent_train,
+                                     predict=lambda v: probe(v)[1]),
+                     schedule=FitSchedule(epochs=1, batch_size=len(y), seed=0))
     cls = METHODS.get(name)
     m = cls([{**cls.defaults, "lr": 1e-3, "weight_decay": 1e-4}], ctx)
-    m.name = name
     m.prepare()
     m.on_epoch_start(0)
     return m

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -70,7 +71,12 @@ class Adapter:
 
 class Head:
     """Base: ``init(seeds, K, d, cfg, scales)`` and ``logits(z [H|1, B, d], params) -> [H, B, K]``; ``scales`` [H]
-    are the heads' cosine scales (a hyperparameter selected on val like lr; ignored by heads without one)."""
+    are the heads' cosine scales (a hyperparameter selected on val like lr; ignored by heads without one).
+
+    ``represent`` is the head's own transform of its input g(x) before the classifier (identity here; cosine:
+    z = g(x)/‖g(x)‖); a head that overrides it declares ``has_own_transform = True`` (then g(x) and z differ)."""
+
+    has_own_transform: ClassVar[bool] = False
 
     def represent(self, z: torch.Tensor) -> torch.Tensor:
         return z
@@ -131,6 +137,8 @@ class LinearHead(Head):
 
 @HEADS.register("cosine", help="h(z)_k = s · cos(w_k, z), scale s per head (--scale grid on val, --learn-scale)")
 class CosineHead(Head):
+    has_own_transform: ClassVar[bool] = True
+
     def init(self, seeds: list[int], k: int, d: int, cfg: ProbeConfig, scales: list[float]
              ) -> dict[str, torch.Tensor]:
         p = {"W": _stacked(seeds, 5, (k, d), d)}
@@ -145,6 +153,33 @@ class CosineHead(Head):
         s = (p["log_s"] if "log_s" in p else p["_log_s"]).exp()
         # s folded into the normalised weights [H, K, d] (one pass over the weights, not over the logits [H, B, K])
         return _affine(z, s[:, None, None] * F.normalize(p["W"], dim=-1), None)
+
+
+@dataclass
+class HeadSet:
+    """h classifier heads of one kind with parameters of their own and no adapter, outside any probe stack (a
+    method's auxiliary heads, e.g. LfF's biased heads): ``logits(z [h|1, B, d]) -> [h, B, K]`` of the representation
+    the classifiers see (already through the head's transform, as ``ProbeStack.represent`` gives it). Parameters
+    whose name starts with ``_`` are fixed (a non-learnable cosine scale); the others are trainable leaves."""
+
+    head: Head
+    params: dict[str, torch.Tensor]
+
+    @classmethod
+    def fresh(cls, cfg: ProbeConfig, seeds: list[int], num_classes: int, dim: int, scales: list[float],
+              device: torch.device, dtype: torch.dtype) -> "HeadSet":
+        """Heads of ``cfg.head`` on inputs of width ``dim``, each initialised from its seed by the CPU's generator (the
+        same numbers whatever the training device), then moved to ``device`` and ``dtype``."""
+        head = HEADS.get(cfg.head)()
+        params = head.init(seeds, num_classes, dim, cfg, scales)
+        return cls(head, {n: t.to(device=device, dtype=dtype).requires_grad_(not n.startswith("_"))
+                          for n, t in params.items()})
+
+    def logits(self, z: torch.Tensor) -> torch.Tensor:
+        return self.head.logits(z, self.params)
+
+    def trainable(self) -> list[torch.Tensor]:
+        return [t for n, t in self.params.items() if not n.startswith("_")]
 
 
 class ProbeStack(torch.nn.Module):

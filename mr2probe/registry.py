@@ -87,7 +87,7 @@ class Registry(Generic[T]):
         if self.base is not None:
             ok = issubclass(obj, self.base) if isinstance(obj, type) else isinstance(obj, self.base)
             if not ok:
-                raise TypeError(f"{self.kind} {name!r} must be a {self.base.__name__} subclass, got {obj!r}")
+                raise TypeError(f"{self.kind} {name!r} must be a subclass of {self.base.__name__}, got {obj!r}")
         own = vars(obj).get("name") if isinstance(obj, type) else None
         if own and own != name:
             raise TypeError(f"{self.kind} {name!r}: {obj.__name__} is already registered as {own!r}")

@@ -36,9 +36,9 @@ import torch
 
 from .distributed import local_device
 from .errors import UserError
-from .heads import ProbeConfig, ProbeStack
+from .heads import HeadSet, ProbeConfig, ProbeStack
 from .losses import LossTables, stack_loss, stack_loss_and_ce
-from .methods import METHODS, Batch, FitContext, Method
+from .methods import METHODS, Batch, FitContext, FitData, FitSchedule, HeadsView, Method, SharedStats
 from .optim import StackedAdamW
 from .progress import progress_bar
 from .settings import TRAIN, check_all
@@ -82,7 +82,6 @@ class TrainConfig:
     compile: str = TRAIN["compile"].default  # auto: torch.compile the step on a GPU (:func:`compiled_step`)
     cuda_graph: bool = TRAIN["cuda_graph"].default  # with compile on a GPU: the step as a CUDA graph
     tf32: bool = TRAIN["tf32"].default  # TF32 products on a GPU
-    log: str = TRAIN["log"].default  # experiment tracker (mr2probe.tracking): how the run is shown, not trained
 
     @property
     def halving(self) -> bool:
@@ -102,8 +101,8 @@ class TrainConfig:
 def budget(n: int, cfg: TrainConfig, epochs: int | None = None) -> tuple[int, int]:
     """(epochs, steps per epoch) for ``n`` training rows: epochs = max(cfg.epochs, ⌈min_steps / ⌈n / B⌉⌉), so the
     budget is at least ``min_steps`` optimiser steps (whole epochs: per-epoch method updates keep their meaning).
-    An auxiliary stage given its own ``epochs`` (JTT's first stage, sized by the method from ``ctx.epochs``, which
-    is already the floored count) trains exactly that many."""
+    An auxiliary stage given its own ``epochs`` (JTT's first stage, sized by the method from
+    ``ctx.schedule.epochs``, which is already the floored count) trains exactly that many."""
     per_epoch = -(-n // cfg.batch_size)
     if epochs is not None:
         return epochs, per_epoch
@@ -200,7 +199,7 @@ class TrainData:
     num_classes: int
     # what depends on the frozen features alone (MR2's class statistics without an adapter): computed by the first
     # stack trained on this data and reused by every later one (the other seeds, chunks and auxiliary stages)
-    shared: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    shared: SharedStats = field(default_factory=SharedStats, repr=False, compare=False)
 
 
 def method_hparams(method: str, cfg: TrainConfig) -> list[dict[str, Any]]:
@@ -338,38 +337,15 @@ def _slices(specs: list[RunSpec]) -> list[tuple[str, slice]]:
     return out
 
 
-EpochHook = Callable[[int, dict[str, float]], None]
-"""Called at the end of every epoch of a stack's main training with (epochs done, method → its best val score)."""
-
-
-def _merged_epochs(on_epoch: EpochHook) -> tuple[EpochHook, Callable[[], None]]:
-    """For a stack trained in chunks: a hook that collects each chunk's scores (a method's best over the chunks
-    holding its heads), and a call that reports them epoch by epoch once every chunk is trained."""
-    seen: dict[int, dict[str, float]] = {}
-
-    def collect(epoch: int, scores: dict[str, float]) -> None:
-        row = seen.setdefault(epoch, {})
-        row.update({m: max(v, row.get(m, v)) for m, v in scores.items()})
-
-    def report() -> None:
-        for epoch in sorted(seen):
-            on_epoch(epoch, seen[epoch])
-
-    return collect, report
-
-
 def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
                 log: Callable[[str], None] = lambda m: None, epochs: int | None = None,
-                description: str = "train", bar: Any = None, select: str = "acc",
-                on_epoch: EpochHook | None = None) -> TrainedStack:
+                description: str = "train", bar: Any = None, select: str = "acc") -> TrainedStack:
     """Train the heads of ``specs`` (all with one seed) together; returns the trained stack. On a CPU the heads
     go through in chunks (:func:`chunk_size`), each chunk a stack of its own that shares the seed's batches and the
     statistics of frozen features; the result is one stack, the same heads in the same order. Under the
     ``checkpoints`` rule (and no ``epochs`` of an auxiliary stage) every head returns in its best state on val by
     the score ``select`` (:func:`select_scores`) over the checkpoints. Under ``search="halving"`` (no ``epochs``)
-    each method's heads are cut at the rungs (:func:`halving_rungs`); chunks then hold whole methods. ``on_epoch``
-    (:data:`EpochHook`): each method's best val score at every epoch's end (of a chunked stack: after the last
-    chunk)."""
+    each method's heads are cut at the rungs (:func:`halving_rungs`); chunks then hold whole methods."""
     if len({s.seed for s in specs}) != 1:
         raise ValueError("a stack trains runs of one seed")
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
@@ -377,16 +353,14 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.halving and epochs is None)
     if len(chunks) == 1:
         with matmul_precision(cfg, data.y.device):
-            return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select, on_epoch)
-    collect, report = _merged_epochs(on_epoch) if on_epoch is not None else (None, lambda: None)
+            return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select)
     total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
     own = progress_bar(f"{description}: {len(specs)} heads in {len(chunks)} chunks", total=total,
                        enabled=cfg.progress and bar is None)
     with own if bar is None else contextlib.nullcontext(bar) as bar:
         # each chunk runs the seed's epochs again: the bar names the chunk so its epoch counter reads right
         parts = [_train_stack(data, c, cfg, log, epochs, f"{description} · chunk {i + 1}/{len(chunks)}", bar,
-                              len(c) / len(specs), select, collect) for i, c in enumerate(chunks)]
-    report()
+                              len(c) / len(specs), select) for i, c in enumerate(chunks)]
     ckpt = parts[0].checkpoint_scores is not None
     halved = parts[0].stopped_at is not None
     return TrainedStack(specs=[s for p in parts for s in p.specs], probe=ProbeStack.concat([p.probe for p in parts]),
@@ -602,8 +576,9 @@ def matmul_precision(cfg: TrainConfig, device: torch.device) -> Iterator[None]:
 
 def make_context(data: TrainData, probe: ProbeStack, cfg: TrainConfig, v: "_View", seed: int, epochs: int,
                  log: Callable[[str], None], description: str, quiet: bool = False) -> FitContext:
-    """What a method on the heads of ``v`` may use (:class:`~mr2probe.methods.FitContext`): the data, no-grad
-    passes over its own heads, auxiliary training stages."""
+    """What a method on the heads of ``v`` may use (:class:`~mr2probe.methods.FitContext`): the data, read-only
+    no-grad passes over its own heads, the schedule, the statistics shared on this data and the auxiliary stages
+    (:class:`AuxiliaryStages`)."""
     n = len(data.y)
 
     def represent_train() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -627,17 +602,44 @@ def make_context(data: TrainData, probe: ProbeStack, cfg: TrainConfig, v: "_View
     def represent_input(idx: torch.Tensor) -> torch.Tensor:
         return v.full_rep(probe.adapter_output(data.x[idx], v.sl))
 
-    def train_aux(method: str, hparams: list[dict[str, Any]], aux_epochs: int) -> torch.Tensor:
-        aux = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
-        trained = train_stack(data, aux, cfg, log, epochs=aux_epochs, description=f"{description} (stage 1)")
-        return trained.predict(data.x)
+    heads = HeadsView(config=cfg.probe, rep_dim=probe.out_dim, represent_train=represent_train, predict=predict,
+                      represent_input_train=represent_input_train, represent_input=represent_input)
+    return FitContext(data=FitData(data.x, data.y, data.val_x, data.val_y, data.num_classes), heads=heads,
+                      schedule=FitSchedule(epochs=epochs, batch_size=cfg.batch_size, seed=seed),
+                      aux=AuxiliaryStages(data, cfg, seed, probe.out_dim, log, description), shared=data.shared,
+                      log=(lambda msg: None) if quiet else log)
 
-    return FitContext(x=data.x, y=data.y, val_x=data.val_x, val_y=data.val_y, num_classes=data.num_classes,
-                      probe=cfg.probe, epochs=epochs, batch_size=cfg.batch_size, rep_dim=probe.out_dim, seed=seed,
-                      represent_train=represent_train, predict=predict, train_aux=train_aux,
-                      log=(lambda msg: None) if quiet else log,
-                      shared=data.shared, represent_input_train=represent_input_train,
-                      represent_input=represent_input)
+
+def train_auxiliary(data: TrainData, cfg: TrainConfig, method: str, hparams: list[dict[str, Any]], seed: int,
+                    epochs: int, log: Callable[[str], None] = lambda m: None, description: str = "train"
+                    ) -> torch.Tensor:
+    """An auxiliary training stage (JTT's first stage): a stack of one head of ``method`` per ``hparams`` (lr and
+    weight_decay included), with ``seed``, on ``data`` and ``cfg``'s probe, trained for exactly ``epochs`` (no
+    checkpoints, no halving); returns their logits on the training set, [len(hparams), N, K]."""
+    specs = [RunSpec(method, tuple(sorted(hp.items())), seed) for hp in hparams]
+    trained = train_stack(data, specs, cfg, log, epochs=epochs, description=f"{description} (stage 1)")
+    return trained.predict(data.x)
+
+
+@dataclass(frozen=True)
+class AuxiliaryStages:
+    """``FitContext.aux`` of a stack's methods (the :class:`~mr2probe.methods.Auxiliary` protocol): auxiliary
+    stages (:func:`train_auxiliary`) on the stack's data and seed, and fresh heads of its probe's kind on its
+    representation (width ``rep_dim``)."""
+
+    data: TrainData
+    cfg: TrainConfig
+    seed: int
+    rep_dim: int
+    log: Callable[[str], None]
+    description: str
+
+    def train(self, method: str, hparams: list[dict[str, Any]], epochs: int) -> torch.Tensor:
+        return train_auxiliary(self.data, self.cfg, method, hparams, self.seed, epochs, self.log, self.description)
+
+    def new_heads(self, seeds: list[int], scales: list[float]) -> HeadSet:
+        return HeadSet.fresh(self.cfg.probe, seeds, self.data.num_classes, self.rep_dim, scales,
+                             self.data.x.device, self.data.x.dtype)
 
 
 
@@ -652,7 +654,6 @@ def build_methods(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, probe
         view = _View(g=sl, h=sl.stop - sl.start, sl=sl)
         m = cls([s.params for s in specs[sl]], make_context(data, probe, cfg, view, specs[0].seed, epochs, log,
                                                             description))
-        m.name = name
         methods.append((m, view))
     for m, _ in methods:
         m.prepare()
@@ -736,7 +737,6 @@ class StackTraining:
         prepared and brought to the current epoch, it computes their loss as ``m`` did."""
         fresh = type(m)(hparams, make_context(self.data, self.probe, self.cfg, v, self.seed, self.schedule.epochs,
                                               self.log, self.description, quiet=True))
-        fresh.name = m.name
         fresh.prepare()
         fresh.on_epoch_start(self.epoch)
         return fresh
@@ -769,15 +769,6 @@ class StackTraining:
         if self.halving is not None and self.halving.due(self.step_count):
             self.cut()
 
-    @torch.no_grad()
-    def method_scores(self) -> dict[str, float]:
-        """Each method's best val score (:func:`select_scores` by ``select``) over its heads still in the stack: one
-        pass over val and one host sync (at an epoch's end, for :data:`EpochHook`)."""
-        x, c = self.data.val_x, chunk_rows(self.data.val_x)
-        logits = torch.cat([self.probe(x[i:i + c])[1] for i in range(0, len(x), c)], 1)
-        scores = select_scores(logits, self.data.val_y, self.data.num_classes, self.select)
-        return {m.name: float(np.max(scores[v.sl])) for m, v in self.methods}
-
     def check_finite(self) -> None:
         """Raise if any loss since the start was not finite (one host sync)."""
         if not bool(self.finite):
@@ -802,16 +793,15 @@ class StackTraining:
 
 
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
-                 epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc",
-                 on_epoch: EpochHook | None = None) -> TrainedStack:
+                 epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc") -> TrainedStack:
     """One stack: every head of ``specs`` (sorted by method, one seed) in one product per step; ``bar`` advances by
     ``weight`` per step (the stack's share of its seed's heads).
 
     Checkpoints (``checkpoints`` rule, no ``epochs`` given): training runs to the last checkpoint; at each
     checkpoint c the val scores s_c [H] are taken and, per head, best ← c where s_c > s_best (strictly: the
     earliest checkpoint on ties), the head's parameters copied with one ``torch.where`` per tensor. The methods
-    see ``ctx.epochs`` = the floor's epochs (JTT's stage 1, LDAM's deferral epoch), so the first checkpoint is the
-    floor rule's model.
+    see ``ctx.schedule.epochs`` = the floor's epochs (JTT's stage 1, LDAM's deferral epoch), so the first checkpoint
+    is the floor rule's model.
 
     Successive halving (``search="halving"``, no ``epochs`` given): after the step of each rung (after the
     checkpoint where both fall on one step) the stack is cut to each method's best heads on val (:class:`_Halving`)."""
@@ -828,8 +818,6 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                 run.step(idx, xb)
                 bar.advance(weight)
             run.end_epoch()
-            if on_epoch is not None:
-                on_epoch(epoch + 1, run.method_scores())
     return run.finish()
 
 

@@ -109,7 +109,7 @@ def _supcon(m: Method, z, rep, y, idx) -> torch.Tensor:
 def _mr2(m: Method, z, rep, y, idx) -> torch.Tensor:
     loss = ce(z / m.gamma[:, y].unsqueeze(-1), y).mean(1)
     if m.uses_rep:  # distances in stats_on's space: g(x) for "input" (the default), z/‖z‖ for "classifier"
-        rep = m.ctx.represent_input(idx) if m.space[0] == "input" else rep
+        rep = m.ctx.heads.represent_input(idx) if m.space[0] == "input" else rep
         loss = loss + m.hp("lam") * rep_margin_loss(rep.expand(m.h, -1, -1), y, m.s_bar, m.tau, layout="pairs",
                                                     reference=m.reference, num_classes=z.shape[2])
     return loss

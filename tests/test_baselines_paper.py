@@ -14,6 +14,7 @@ from mr2probe.methods import METHODS, Batch, FitContext
 from mr2probe.methods.cdb import stratified_holdout
 from mr2probe.methods.fair_dro import chi2_simplex_weights
 from mr2probe.trainer import RunSpec, TrainConfig, TrainData, method_hparams, train_stack
+import test_methods
 from test_methods import build
 
 F64 = torch.float64
@@ -27,13 +28,9 @@ def ce(v: list[float], y: int) -> float:
     return m + math.log(sum(math.exp(a - m) for a in v)) - v[y]
 
 
-def make_ctx(y_train: list[int], k: int = 3, *, epochs: int = 10, predict: Any = None, probe: ProbeConfig | None = None,
-             seed: int = 0) -> FitContext:
-    y = torch.tensor(y_train)
-    return FitContext(x=torch.zeros(len(y), 2, dtype=F64), y=y, val_x=torch.zeros(3, 2, dtype=F64),
-                      val_y=torch.arange(3), num_classes=k, probe=probe or ProbeConfig(), epochs=epochs, batch_size=8,
-                      rep_dim=2, seed=seed, represent_train=lambda: iter([]), predict=predict or (lambda x: None),
-                      train_aux=lambda m, hps, t: None, log=lambda m: None)
+def make_ctx(y_train: list[int], k: int = 3, *, epochs: int = 10, **options: Any) -> FitContext:
+    """test_methods' context with 10 epochs and a val split of one sample per class."""
+    return test_methods.make_ctx(y_train, k, epochs=epochs, **options)
 
 
 def batch(logits: list[list[float]] = LOGITS, y: list[int] = Y, h: int = 1, idx: list[int] | None = None) -> Batch:
@@ -176,15 +173,32 @@ def test_cdb_stratified_holdout_by_hand() -> None:
     assert bool((held[0] <= held[1]).all())  # one random order: the larger part contains the smaller
 
 
-def row_predictor(ctx: FitContext, pred: torch.Tensor, h: int, seen: list[int]) -> None:
-    """Training features carry their row number; ``predict`` returns one-hot logits of ``pred`` [N] for them."""
-    ctx.x = torch.stack([torch.arange(len(ctx.y), dtype=F64), torch.zeros(len(ctx.y), dtype=F64)], 1)
+class _Untouchable:
+    """A split any use of which fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the val split was read ({name})")
+
+    def __len__(self) -> int:
+        raise AssertionError("the val split was read (len)")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise AssertionError("the val split was read (a slice)")
+
+
+NO_VAL = _Untouchable()
+
+
+def row_predictor(y: torch.Tensor, pred: torch.Tensor, h: int, seen: list[int], **options: Any) -> FitContext:
+    """A context whose training features carry their row number; its heads' ``predict`` returns one-hot logits of
+    ``pred`` [N] for them."""
+    x = torch.stack([torch.arange(len(y), dtype=F64), torch.zeros(len(y), dtype=F64)], 1)
 
     def predict(x: torch.Tensor) -> torch.Tensor:
         seen.extend(x[:, 0].long().tolist())
-        return torch.nn.functional.one_hot(pred[x[:, 0].long()], ctx.num_classes).to(F64).expand(h, -1, -1)
+        return torch.nn.functional.one_hot(pred[x[:, 0].long()], 3).to(F64).expand(h, -1, -1)
 
-    ctx.predict = predict
+    return make_ctx(y.tolist(), x=x, predict=predict, **options)
 
 
 def test_cdb_weights_from_held_out_train_rows_not_val() -> None:
@@ -196,9 +210,8 @@ def test_cdb_weights_from_held_out_train_rows_not_val() -> None:
     pred[rows[y[rows] == 1][0]] = 0  # class 1: 1 of its 2 held-out rows wrong; class 2: both
     pred[rows[y[rows] == 2]] = 0
     pred[torch.nonzero(y == 2).flatten()[0]] = 0  # a training row: must not count
-    ctx, seen = make_ctx(y.tolist()), []
-    row_predictor(ctx, pred, 2, seen)
-    ctx.val_x = None  # the selection val split must not be touched
+    seen: list[int] = []
+    ctx = row_predictor(y, pred, 2, seen, val_x=NO_VAL)  # the selection val split must not be touched
     m = build("cdb", ctx, {"dynamic_tau": False, "tau": 2.0}, {})
     m.on_epoch_start(0)
     approx(m.weights[0], [1.0, 1.0, 1.0])
@@ -221,8 +234,8 @@ def test_cdb_weights_from_held_out_train_rows_not_val() -> None:
 
 def test_cdb_on_train_measures_every_row() -> None:
     y = torch.tensor([0, 0, 1, 1, 2, 2])
-    ctx, seen = make_ctx(y.tolist()), []
-    row_predictor(ctx, torch.tensor([0, 0, 1, 0, 0, 0]), 1, seen)
+    seen: list[int] = []
+    ctx = row_predictor(y, torch.tensor([0, 0, 1, 0, 0, 0]), 1, seen)
     m = build("cdb", ctx, {"acc_on": "train", "dynamic_tau": False, "tau": 1.0})
     m.on_epoch_start(1)
     assert sorted(seen) == list(range(6))
@@ -248,8 +261,7 @@ def test_group_dro_group_adjustment_by_hand() -> None:
 def test_jtt_loss_is_the_upsampled_mean() -> None:
     """Σ_batch w_i ℓ_i / (B w̄): in expectation the mean CE over the set with E repeated λ_up times."""
     stage1 = torch.tensor([[[5.0, 0, 0], [5.0, 0, 0], [0, 0, 5.0], [0, 5.0, 0]]], dtype=F64)  # wrong on 1, 3
-    ctx = make_ctx([0, 1, 2, 0])
-    ctx.train_aux = lambda method, hps, epochs: stage1.expand(len(hps), -1, -1)
+    ctx = make_ctx([0, 1, 2, 0], train_aux=lambda method, hps, epochs: stage1.expand(len(hps), -1, -1))
     m = build("jtt", ctx, {"lam_up": 5.0})
     full = m.loss(batch([LOGITS[0], LOGITS[1], LOGITS[1], LOGITS[0]], [0, 1, 2, 0], idx=[0, 1, 2, 3]))
     per = [ce(LOGITS[0], 0), ce(LOGITS[1], 1), ce(LOGITS[1], 2), ce(LOGITS[0], 0)]

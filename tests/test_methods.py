@@ -6,21 +6,24 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
 import torch
 
 from mr2probe.errors import UserError
-from mr2probe.heads import ProbeConfig
-from mr2probe.methods import METHODS, Batch, FitContext, Method
+from mr2probe.heads import HeadSet, ProbeConfig
+from mr2probe.methods import METHODS, Batch, FitContext, FitData, FitSchedule, HeadsView, Method
 from mr2probe.methods.mr2 import MR2
 from mr2probe.stats import class_stats, margins
 from mr2probe.trainer import RunSpec, TrainConfig, TrainData, method_hparams, train_stack
 
 from conftest import run_cli
 
-METHOD_NAMES = METHODS.names()  # every registered method (the baselines, MR2 and its ablations), from the registry
+BASELINES = ["ce", "focal", "label_smoothing", "ldam", "logit_adjust", "balanced_softmax", "class_balanced", "eql",
+             "cdb", "supcon", "group_dro", "fair_dro", "jtt", "lff"]
+ABLATIONS = ["mr2_uniform", "mr2_no_rep", "mr2_sqrt", "mr2_linear"]
 
 # Two samples, three classes, explicit logits.
 LOGITS = [[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]]
@@ -43,16 +46,42 @@ def sigmoid(a: float) -> float:
     return 1 / (1 + math.exp(-a))
 
 
+@dataclass(frozen=True)
+class StubAux:
+    """The trainer's auxiliary capability for a context built by hand: ``train`` answers with ``stage1(method,
+    hparams, epochs)`` (none given: a test that expects no auxiliary stage fails), ``new_heads`` gives fresh heads
+    as the trainer does (:meth:`~mr2probe.heads.HeadSet.fresh`)."""
+
+    probe: ProbeConfig
+    num_classes: int
+    rep_dim: int
+    dtype: torch.dtype
+    stage1: Callable | None = None
+
+    def train(self, method: str, hparams: list[dict[str, Any]], epochs: int) -> torch.Tensor:
+        assert self.stage1 is not None, "no auxiliary stage expected"
+        return self.stage1(method, hparams, epochs)
+
+    def new_heads(self, seeds: list[int], scales: list[float]) -> HeadSet:
+        return HeadSet.fresh(self.probe, seeds, self.num_classes, self.rep_dim, scales, torch.device("cpu"),
+                             self.dtype)
+
+
 def make_ctx(y_train: list[int], k: int = 3, *, probe: ProbeConfig | None = None, rep_dim: int = 2,
              val_y: list[int] | None = None, predict: Callable | None = None, train_aux: Callable | None = None,
-             epochs: int = 3) -> FitContext:
+             epochs: int = 3, seed: int = 0, x: torch.Tensor | None = None, val_x: torch.Tensor | None = None,
+             represent_train: Callable | None = None) -> FitContext:
+    """A context by hand on the CPU: features zeros [N, rep_dim] (float64) unless ``x`` is given."""
     y = torch.tensor(y_train)
     vy = torch.tensor(val_y if val_y is not None else list(range(k)))
-    return FitContext(x=torch.zeros(len(y), rep_dim, dtype=torch.float64), y=y,
-                      val_x=torch.zeros(len(vy), rep_dim, dtype=torch.float64), val_y=vy, num_classes=k,
-                      probe=probe or ProbeConfig(), epochs=epochs, batch_size=8, rep_dim=rep_dim, seed=0,
-                      represent_train=lambda: iter([]), predict=predict or (lambda x: None),
-                      train_aux=train_aux or (lambda m, hps, t: None), log=lambda m: None)
+    probe = probe or ProbeConfig()
+    data = FitData(x=torch.zeros(len(y), rep_dim, dtype=torch.float64) if x is None else x, y=y,
+                   val_x=torch.zeros(len(vy), rep_dim, dtype=torch.float64) if val_x is None else val_x, val_y=vy,
+                   num_classes=k)
+    heads = HeadsView(config=probe, rep_dim=rep_dim, represent_train=represent_train or (lambda: iter([])),
+                      predict=predict or (lambda x: None))
+    return FitContext(data=data, heads=heads, schedule=FitSchedule(epochs=epochs, batch_size=8, seed=seed),
+                      aux=StubAux(probe, k, rep_dim, data.dtype, train_aux))
 
 
 def build(name: str, ctx: FitContext, *overrides: dict[str, Any]) -> Method:
@@ -60,7 +89,6 @@ def build(name: str, ctx: FitContext, *overrides: dict[str, Any]) -> Method:
     cls = METHODS.get(name)
     hps = [{**cls.defaults, "lr": 1e-2, "weight_decay": 0.0, **o} for o in (overrides or ({},))]
     m = cls(hps, ctx)
-    m.name = name
     m.prepare()
     return m
 
@@ -78,10 +106,11 @@ def approx(values: torch.Tensor | list[float], expected: list[float], rel: float
 
 
 def test_every_method_is_registered_with_documented_defaults() -> None:
-    assert "mr2" in METHOD_NAMES
-    for name in METHOD_NAMES:
+    names = METHODS.names()
+    assert "mr2" in names
+    for name in BASELINES + ABLATIONS:
+        assert name in names
         cls = METHODS.get(name)
-        assert issubclass(cls, Method) and cls.name == name
         assert cls.__doc__ and len(cls.__doc__.strip()) > 20, name
         for key, values in cls.grid.items():
             assert key in cls.defaults and 1 <= len(values) <= 2, (name, key)
@@ -331,8 +360,7 @@ def test_mr2_ablations_change_one_default() -> None:
 def test_mr2_ablation_margins(name: str) -> None:
     z = torch.tensor([[1.0, 0], [3, 0], [0, 2], [0, 2], [1, 1]], dtype=torch.float64)
     y = torch.tensor([0, 0, 1, 1, 2])
-    ctx = make_ctx(y.tolist())
-    ctx.represent_train = lambda: iter([(z[None], y)])
+    ctx = make_ctx(y.tolist(), represent_train=lambda: iter([(z[None], y)]))
     m = build(name, ctx, {"c_bar": 2.0})
     v = class_stats(z, y, 3, p=3).v
     expected = {"mr2": margins(v, 2.0, 1 / 3), "mr2_uniform": torch.full((3,), 2.0),
@@ -412,4 +440,4 @@ def test_cli_lists_every_method() -> None:
     out = run_cli("methods", timeout=120)
     assert out.returncode == 0, out.stderr
     listed = {line.split()[0] for line in out.stdout.splitlines() if line and not line.startswith(" ")}
-    assert set(METHOD_NAMES) <= listed
+    assert set(BASELINES + ABLATIONS + ["mr2"]) <= listed

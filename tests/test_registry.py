@@ -6,6 +6,8 @@ from importlib import metadata
 
 import pytest
 
+from PIL import Image
+
 from mr2probe.errors import UserError
 from mr2probe.methods import METHODS, Method
 from mr2probe.registry import Options, Registry, Spec
@@ -48,9 +50,9 @@ def test_registering_sets_the_class_name_and_builds_through_create() -> None:
 
 def test_registering_checks_the_base_type_and_the_name() -> None:
     reg = shapes()
-    with pytest.raises(TypeError, match="must be a Shape subclass"):
+    with pytest.raises(TypeError, match="must be a subclass of Shape"):
         reg.register("circle")(type("Circle", (), {}))
-    with pytest.raises(TypeError, match="must be a Shape subclass"):
+    with pytest.raises(TypeError, match="must be a subclass of Shape"):
         reg.register("fn")(lambda: None)
     with pytest.raises(ValueError, match="registered twice"):
         reg.register("square")(type("Other", (Shape,), {}))
@@ -118,4 +120,47 @@ def test_a_broken_plugin_is_one_warning_line(monkeypatch: pytest.MonkeyPatch, ca
     assert len(err) == 2
     assert err[0].startswith("warning: skipped shape plugin 'missing' (no_such_module_xyz:Thing): ModuleNotFoundError")
     assert err[1].startswith("warning: skipped shape plugin 'wrong' (test_registry:ShapeOptions): TypeError: shape "
-                             "'wrong' must be a Shape subclass")
+                             "'wrong' must be a subclass of Shape")
+
+
+def test_plugins_of_the_three_registries_are_listed_and_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution declaring ``[project.entry-points."mr2probe.encoders"]`` (datasets, methods alike)."""
+    from mr2probe.datasets import DATASETS, build_dataset
+    from mr2probe.encoders import ENCODERS, build_encoder
+
+    for reg, group, target in ((ENCODERS, "mr2probe.encoders", "PluginEncoder"),
+                               (DATASETS, "mr2probe.datasets", "PluginDataset"),
+                               (METHODS, "mr2probe.methods", "PluginMethod")):
+        with monkeypatch.context() as m:
+            fresh(m, reg)
+            before = set(reg._items)
+            fake_entry_points(m, group, **{"plugin-x": f"_registry_plugins:{target}"})
+            assert set(reg.names()) == before | {"plugin-x"}
+            assert reg.get("plugin-x").name == "plugin-x" and reg.describe()["plugin-x"].startswith("plugin")
+            if reg is ENCODERS:
+                enc = build_encoder("plugin-x")
+                x = enc.transform(Image.new("RGB", (12, 10), (255, 0, 51)))
+                assert enc.dim == 3 and enc.preprocessing["crop"] == 8
+                assert enc.encode(x[None])[0].tolist() == pytest.approx([1.0, -1.0, 51 / 127.5 - 1], abs=1e-6)
+            elif reg is DATASETS:
+                data = build_dataset("plugin-x")
+                assert data.name == "plugin-x" and data.splits["train"].labels.tolist() == [0, 1, 0, 1]
+            else:
+                assert issubclass(reg.get("plugin-x"), Method)
+
+
+def test_a_broken_plugin_leaves_the_built_in_entries(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    from mr2probe.encoders import ENCODERS
+
+    fresh(monkeypatch, ENCODERS)
+    built_in = {n: ENCODERS._help[n] for n in ENCODERS._items}
+    fake_entry_points(monkeypatch, "mr2probe.encoders", broken="_registry_broken_plugin:Encoder",
+                      dataset="_registry_plugins:PluginDataset", plain="_registry_plugins:NotASpec")
+    assert ENCODERS.describe() == built_in and "efficientnet-lite0" in ENCODERS
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("warning: skipped encoder plugin") for line in err)
+    assert err[0].endswith("'broken' (_registry_broken_plugin:Encoder): RuntimeError: this plugin is broken")
+    assert "'dataset' (_registry_plugins:PluginDataset): TypeError: encoder 'dataset' must be a subclass of " \
+           "EncoderSpec" in err[1]
+    assert "'plain' (_registry_plugins:NotASpec): TypeError" in err[2]

@@ -95,14 +95,12 @@ def test_shared_statistics_are_keyed_by_the_head() -> None:
 
 def test_lff_ema_follows_each_sample_over_its_visits() -> None:
     # ℓ̃ ← CE at the first visit, then a·ℓ̃ + (1 − a)·CE at every later one, per sample (two steps by hand)
-    from mr2probe.methods import METHODS, Batch, FitContext
+    from mr2probe.methods import METHODS, Batch
+    from test_methods import make_ctx
 
     k, n = 3, 6
     y = torch.tensor([0, 1, 2, 0, 1, 2])
-    cfg = ProbeConfig()
-    ctx = FitContext(x=torch.zeros(n, 4), y=y, val_x=torch.zeros(2, 4), val_y=y[:2], num_classes=k, probe=cfg,
-                     epochs=1, batch_size=2, rep_dim=4, seed=0, represent_train=lambda: iter(()),
-                     predict=lambda v: None, train_aux=lambda *a: None, log=lambda m: None)
+    ctx = make_ctx(y.tolist(), k, rep_dim=4, x=torch.zeros(n, 4), val_x=torch.zeros(2, 4), val_y=[0, 1], epochs=1)
     m = METHODS.get("lff")([{**METHODS.get("lff").defaults, "lr": 1e-2, "weight_decay": 0.0}], ctx)
     m.prepare()
     rep = torch.zeros(1, 2, 4)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from .. import plugins
-from ._base import METHODS, Batch, FitContext, Method, per_head_ce, resolve_methods
+from ._base import (METHODS, Auxiliary, Batch, ClassStatsKey, FitContext, FitData, FitSchedule, HeadsView, Method,
+                    SharedKey, SharedStats, per_head_ce, resolve_methods)
 
 plugins.import_all(__import__(__name__, fromlist=["_"]))
 
-__all__ = ["METHODS", "Batch", "FitContext", "Method", "per_head_ce", "resolve_methods"]
+__all__ = ["METHODS", "Auxiliary", "Batch", "ClassStatsKey", "FitContext", "FitData", "FitSchedule", "HeadsView",
+           "Method", "SharedKey", "SharedStats", "per_head_ce", "resolve_methods"]

@@ -6,23 +6,30 @@ in hyperparameters (grid points) — so every hyperparameter is read per head, a
 and takes one backward pass: heads have disjoint parameters, so each head gets exactly its own gradient.
 
 To add a method: one file in mr2probe/methods/ with a ``Method`` subclass decorated by
-``@METHODS.register("name")``; give it ``defaults`` (every hyperparameter with its default) and a small
-``grid`` (values searched on val, on top of the trainer's lr × weight-decay grid).
+``@METHODS.register("name")`` (the registry sets the class's ``name``); give it ``defaults`` (every hyperparameter
+with its default) and a small ``grid`` (values searched on val, on top of the trainer's lr × weight-decay grid).
+
+Besides the batch a method reads only ``self.ctx``, a frozen :class:`FitContext`: ``ctx.data`` (the training and
+val data, K, n_k), ``ctx.heads`` (read-only views of its own heads: their representations z and g(x), their
+predictions, the probe's shape), ``ctx.schedule`` (epochs, batch size, seed), ``ctx.shared`` (statistics of the
+frozen features under typed keys, computed once per data), ``ctx.aux`` (the trainer's auxiliary stages and fresh
+heads) and ``ctx.log``.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterator, Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from ..errors import UserError
 from ..losses import LossTables, Terms, stack_loss, stack_loss_and_ce
 from ..registry import Registry
+from ..stats import ClassStats
 
 if TYPE_CHECKING:
-    from ..heads import ProbeConfig
+    from ..heads import HeadSet, ProbeConfig
     from ..source import StreamedFeatures
 
 
@@ -36,42 +43,148 @@ class Batch:
     idx: torch.Tensor  # [B] positions in the training set (for per-sample weights)
 
 
-@dataclass
-class FitContext:
-    """What a method may use besides the batch: the training data and views of its own heads.
-
-    ``x`` and ``val_x`` may be streamed from the feature file (larger than ``--max-memory``): use only their
-    ``len``, ``shape``, ``dtype``, ``device`` and chunked slices ``x[i:j]`` (or ``predict``/``represent_train``);
-    per-sample state is indexed by ``Batch.idx``."""
+@dataclass(frozen=True)
+class FitData:
+    """The training and validation data, ``ctx.data``. ``x`` and ``val_x`` may be streamed from the feature file
+    (larger than ``--max-memory``): use only their ``len``, ``shape``, ``dtype``, ``device`` and chunked slices
+    ``x[i:j]`` (or the heads' ``predict``/``represent_train``); per-sample state is indexed by ``Batch.idx``."""
 
     x: "torch.Tensor | StreamedFeatures"  # [N, D] training features (device tensor, or streamed from the file)
     y: torch.Tensor  # [N] training labels
-    val_x: "torch.Tensor | StreamedFeatures"
+    val_x: "torch.Tensor | StreamedFeatures"  # the selection split (most methods never read it)
     val_y: torch.Tensor
     num_classes: int
-    probe: "ProbeConfig"
-    epochs: int
-    batch_size: int
-    rep_dim: int  # d, the width of the representation
-    seed: int  # the run seed (fixes init and data order)
-    represent_train: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]  # no-grad (rep [h,b,d], y) chunks
-    predict: Callable[[torch.Tensor], torch.Tensor]  # features [n, D] -> logits [h, n, K], no grad
-    train_aux: Callable[[str, list[dict[str, Any]], int], torch.Tensor]  # (method, hparams, epochs) -> train logits
-    log: Callable[[str], None]
-    shared: dict[Any, Any] = field(default_factory=dict)  # one per training data (the trainer's
-    # ``TrainData.shared``): results that depend on the frozen features alone, shared by every stack on them (e.g.
-    # their class statistics, the same for every MR2-family slice and seed); key them by all they depend on
-    # The representation before the head's own transform, g(x) (cosine head: before z/‖z‖; no adapter: the
-    # features x). None where the context was built without a probe (then only ``represent_train`` is there).
-    represent_input_train: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]] | None = None  # no-grad
-    # (g(x) [h|1, b, d], y) chunks over the training set
-    represent_input: Callable[[torch.Tensor], torch.Tensor] | None = None  # training positions [B] → g(x)
-    # [h|1, B, d] of this slice's heads, with grad (a second adapter pass on x[idx])
 
     @property
     def counts(self) -> torch.Tensor:
-        """n_k: training samples per class (float, [K])."""
+        """n_k: training samples per class (in the features' dtype, [K])."""
         return torch.bincount(self.y, minlength=self.num_classes).to(self.x.dtype)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The features' dtype (that of every per-head tensor a method keeps)."""
+        return self.x.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The training device."""
+        return self.x.device
+
+
+@dataclass(frozen=True)
+class FitSchedule:
+    """``ctx.schedule``: the training run's epochs (the floor budget's, also under the ``checkpoints`` rule), batch
+    size and seed (fixes the heads' initialisation and the data order)."""
+
+    epochs: int
+    batch_size: int
+    seed: int
+
+
+Chunks = Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]  # no-grad (representation, labels) chunks
+
+
+@dataclass(frozen=True)
+class HeadsView:
+    """``ctx.heads``: the method's own h heads of the probe stack, read-only. ``represent_input`` and
+    ``represent_input_train`` are None where the context was built without a probe (tests, benchmarks)."""
+
+    config: "ProbeConfig"  # the probe's shape: head kind, adapter, width, cosine scale
+    rep_dim: int  # d, the width of the representation
+    represent_train: Chunks  # z, what the classifiers see: ([h|1, b, d], y) over the training set, no grad
+    predict: Callable[[torch.Tensor], torch.Tensor]  # features [n, D] → logits [h, n, K], no grad
+    # g(x), the representation before the head's own transform (cosine: before z/‖z‖; no adapter: the features x)
+    represent_input_train: Chunks | None = None  # ([h|1, b, d], y) over the training set, no grad
+    represent_input: Callable[[torch.Tensor], torch.Tensor] | None = None  # training positions [B] → g(x) [h|1, B,
+    # d] with grad (a second adapter pass on x[idx])
+
+
+@runtime_checkable
+class Auxiliary(Protocol):
+    """``ctx.aux``: what the trainer offers a method beyond its own heads (``trainer.AuxiliaryStages``)."""
+
+    def train(self, method: str, hparams: list[dict[str, Any]], epochs: int) -> torch.Tensor:
+        """An auxiliary stage (JTT's first stage): a separate stack of heads of ``method`` — one per ``hparams``
+        (lr and weight_decay included), on the same training data, seed and probe — trained for ``epochs``; returns
+        their logits on the training set [len(hparams), N, K]."""
+        ...
+
+    def new_heads(self, seeds: list[int], scales: list[float]) -> HeadSet:
+        """Fresh classifier heads of the probe's kind on the representation (width ``rep_dim``, K classes), one per
+        seed (and cosine scale), on the training device and dtype: heads a method trains itself (LfF's biased
+        heads, listed in its ``extra_parameters``)."""
+        ...
+
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class SharedKey(Generic[V]):
+    """Base of the keys of :class:`SharedStats`: a frozen dataclass whose fields are all a value depends on
+    besides the frozen features; ``V`` is the type of the value. Keys of different classes never collide."""
+
+
+@dataclass(frozen=True)
+class ClassStatsKey(SharedKey[ClassStats]):
+    """The class statistics (:func:`~mr2probe.stats.class_stats_chunked`) of the frozen representation under a
+    head kind (``head``: its own transform, cosine z/‖z‖), measured on ``stats_on`` (``input``: g(x),
+    ``classifier``: z) with the norm ``p``."""
+
+    head: str
+    stats_on: str
+    p: float
+
+
+class SharedStats:
+    """``ctx.shared``: values that depend on the frozen features alone, computed once per training data (the
+    trainer's ``TrainData.shared``) and shared by every stack on it: the other seeds, chunks and auxiliary stages
+    (e.g. MR2's class statistics without an adapter, the same for every MR2-family slice and seed)."""
+
+    def __init__(self) -> None:
+        self._values: dict[SharedKey[Any], Any] = {}
+
+    def get_or_compute(self, key: SharedKey[V], compute: Callable[[], V]) -> V:
+        """The value under ``key``, computed by ``compute()`` the first time it is asked for."""
+        if not isinstance(key, SharedKey):
+            raise TypeError(f"shared statistics are keyed by a SharedKey dataclass, got {type(key).__name__}")
+        if key not in self._values:
+            self._values[key] = compute()
+        return self._values[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def _silent(message: str) -> None:
+    """A log that drops its lines."""
+
+
+class _NoAuxiliary:
+    """The ``aux`` of a context built without a trainer (a unit test, a benchmark): it offers nothing."""
+
+    def train(self, method: str, hparams: list[dict[str, Any]], epochs: int) -> torch.Tensor:
+        raise RuntimeError("this FitContext was built without a trainer: no auxiliary stage")
+
+    def new_heads(self, seeds: list[int], scales: list[float]) -> HeadSet:
+        raise RuntimeError("this FitContext was built without a trainer: no auxiliary heads")
+
+
+@dataclass(frozen=True)
+class FitContext:
+    """All a method may use besides the batch, read-only: ``data`` (:class:`FitData`), ``heads`` (its own heads,
+    :class:`HeadsView`), ``schedule`` (:class:`FitSchedule`), ``shared`` (:class:`SharedStats`), ``aux`` (the
+    trainer's auxiliary stages and heads, :class:`Auxiliary`) and ``log`` (one line to the run's log)."""
+
+    data: FitData
+    heads: HeadsView
+    schedule: FitSchedule
+    aux: Auxiliary = field(default_factory=_NoAuxiliary)
+    shared: SharedStats = field(default_factory=SharedStats)
+    log: Callable[[str], None] = _silent
 
 
 class Method:
@@ -124,15 +237,15 @@ class Method:
 
     def head_scales(self) -> list[float]:
         """Each head's cosine scale s (the grid point its run was given, else the probe's fixed scale)."""
-        return [float(hp.get("scale", self.ctx.probe.scale)) for hp in self.hparams]
+        return [float(hp.get("scale", self.ctx.heads.config.scale)) for hp in self.hparams]
 
     def hp(self, key: str) -> torch.Tensor:
         """Hyperparameter ``key`` of each head, float tensor [h] on the training device (built once: losses
         read it every step, and a host→device copy per step would stall a GPU)."""
         cache = self.__dict__.setdefault("_hp_cache", {})
         if key not in cache:
-            cache[key] = torch.tensor([float(hp[key]) for hp in self.hparams], dtype=self.ctx.x.dtype,
-                                      device=self.ctx.x.device)
+            cache[key] = torch.tensor([float(hp[key]) for hp in self.hparams], dtype=self.ctx.data.dtype,
+                                      device=self.ctx.data.device)
         return cache[key]
 
     def prepare(self) -> None:

@@ -18,7 +18,7 @@ class BalancedSoftmax(Method):
     grid: dict[str, list] = {}
 
     def prepare(self) -> None:
-        self.log_counts = self.ctx.counts.clamp_min(1).log()  # [K]
+        self.log_counts = self.ctx.data.counts.clamp_min(1).log()  # [K]
 
     def stateless(self) -> bool:
         return True

@@ -86,33 +86,34 @@ class CDB(Method):
             raise UserError(f"acc_on must be holdout or train, got {hp['acc_on']!r}")
 
     def prepare(self) -> None:
-        ctx = self.ctx
-        holdout = torch.tensor([hp["acc_on"] == "holdout" for hp in self.hparams], device=ctx.y.device)
-        held = stratified_holdout(ctx.y, ctx.num_classes, self.hp("holdout_frac"), ctx.seed) & holdout[:, None]
+        data = self.ctx.data
+        holdout = torch.tensor([hp["acc_on"] == "holdout" for hp in self.hparams], device=data.y.device)
+        held = stratified_holdout(data.y, data.num_classes, self.hp("holdout_frac"), self.ctx.schedule.seed) \
+            & holdout[:, None]
         self.measure = torch.where(holdout[:, None], held, torch.ones_like(held))  # [h, N]: rows acc_k is taken on
-        self.keep = (~held).to(ctx.x.dtype)  # [h, N]: 0 for the held-out rows
+        self.keep = (~held).to(data.dtype)  # [h, N]: 0 for the held-out rows
         self.rows = torch.nonzero(self.measure.any(0)).flatten()  # rows any head measures on
-        self.weights = torch.ones(self.h, ctx.num_classes, dtype=ctx.x.dtype, device=ctx.x.device)
+        self.weights = torch.ones(self.h, data.num_classes, dtype=data.dtype, device=data.device)
         self.acc, self.measured = self.weights.clone(), torch.zeros_like(self.weights, dtype=torch.bool)
         self.tau = self.hp("tau")
 
     @torch.no_grad()
     def class_accuracy(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Each head's accuracy on each class of its measuring set → (acc [h, K], measured [h, K] bool)."""
-        ctx, k = self.ctx, self.ctx.num_classes
-        hits = torch.zeros(self.h, k, dtype=ctx.x.dtype, device=ctx.x.device)
+        data, k = self.ctx.data, self.ctx.data.num_classes
+        hits = torch.zeros(self.h, k, dtype=data.dtype, device=data.device)
         total = torch.zeros_like(hits)
-        if isinstance(ctx.x, torch.Tensor):  # in memory: only the measured rows
-            chunks = [(idx, ctx.x[idx]) for idx in self.rows.split(CHUNK)]
+        if isinstance(data.x, torch.Tensor):  # in memory: only the measured rows
+            chunks = [(idx, data.x[idx]) for idx in self.rows.split(CHUNK)]
         else:  # streamed: contiguous slices only
-            c = min(CHUNK, getattr(ctx.x, "block_rows", CHUNK))
-            chunks = ((torch.arange(i, min(i + c, len(ctx.y)), device=ctx.y.device), ctx.x[i:i + c])
-                      for i in range(0, len(ctx.y), c))
+            c = min(CHUNK, getattr(data.x, "block_rows", CHUNK))
+            chunks = ((torch.arange(i, min(i + c, len(data.y)), device=data.y.device), data.x[i:i + c])
+                      for i in range(0, len(data.y), c))
         for idx, xb in chunks:
-            y = ctx.y[idx]
+            y = data.y[idx]
             onehot = torch.nn.functional.one_hot(y, k).to(hits.dtype)
             m = self.measure[:, idx]
-            hits += ((ctx.predict(xb).argmax(-1) == y) & m).to(hits.dtype) @ onehot
+            hits += ((self.ctx.heads.predict(xb).argmax(-1) == y) & m).to(hits.dtype) @ onehot
             total += m.to(hits.dtype) @ onehot
         return hits / total.clamp_min(1), total > 0
 

@@ -31,7 +31,7 @@ class ClassBalanced(Method):
     grid: dict[str, list] = {"beta": [0.999, 0.9999]}
 
     def prepare(self) -> None:
-        self.weights = effective_number_weights(self.ctx.counts, self.hp("beta"))  # [h, K]
+        self.weights = effective_number_weights(self.ctx.data.counts, self.hp("beta"))  # [h, K]
 
     def stateless(self) -> bool:
         return True

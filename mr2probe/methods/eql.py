@@ -36,9 +36,9 @@ class EQL(Method):
             raise UserError(f"lam_rel must be ≥ 0, got {hp['lam_rel']}")
 
     def prepare(self) -> None:
-        counts = self.ctx.counts
+        counts = self.ctx.data.counts
         prior = counts / counts.sum()  # π [K]
-        self.rare = prior[None, :] < self.hp("lam_rel")[:, None] / self.ctx.num_classes  # [h, K]
+        self.rare = prior[None, :] < self.hp("lam_rel")[:, None] / self.ctx.data.num_classes  # [h, K]
 
     def stateless(self) -> bool:
         return True

@@ -80,13 +80,13 @@ class FairDRO(Method):
     reweights = True
 
     def prepare(self) -> None:
-        self.q = torch.zeros(self.h, self.ctx.num_classes, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
+        self.q = torch.zeros(self.h, self.ctx.data.num_classes, dtype=self.ctx.data.dtype, device=self.ctx.data.device)
         self.stepped = False
 
     @torch.no_grad()
     def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
         """The worst-case q of this batch's class losses (in place), as per-sample weights of Σ_k q_k ℓ_k."""
-        k = self.ctx.num_classes
+        k = self.ctx.data.num_classes
         counts = label_counts(batch.y, k, c.dtype)  # once per step: the class means and the weights read it
         per_class, present = class_means(c, batch.y, counts), counts > 0
         self.q.copy_(chi2_simplex_weights(per_class, present, self.hp("alpha")))

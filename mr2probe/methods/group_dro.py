@@ -36,9 +36,9 @@ class GroupDRO(Method):
                 raise UserError(f"{key} must be ≥ 0, got {hp[key]}")
 
     def prepare(self) -> None:
-        k = self.ctx.num_classes
-        self.q = torch.full((self.h, k), 1.0 / k, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
-        self.adjust = self.hp("adj")[:, None] / self.ctx.counts.clamp_min(1).sqrt()[None, :]  # [h, K]: C/√n_k
+        k = self.ctx.data.num_classes
+        self.q = torch.full((self.h, k), 1.0 / k, dtype=self.ctx.data.dtype, device=self.ctx.data.device)
+        self.adjust = self.hp("adj")[:, None] / self.ctx.data.counts.clamp_min(1).sqrt()[None, :]  # [h, K]: C/√n_k
 
     reweights = True
 
@@ -46,7 +46,7 @@ class GroupDRO(Method):
     def sample_weights(self, c: torch.Tensor, batch: Batch, c_aux: torch.Tensor | None) -> torch.Tensor:
         """q ← softmax(log q + η (ℓ_k + C/√n_k) · [k in the batch]) in place (log space: no overflow for large
         η·ℓ), then the weights of Σ_k q_k ℓ_k as a batch mean (:func:`~mr2probe.losses.class_mean_weights`)."""
-        k = self.ctx.num_classes
+        k = self.ctx.data.num_classes
         counts = label_counts(batch.y, k, c.dtype)  # once per step: the class means and the weights read it
         per_class, present = class_means(c, batch.y, counts), counts > 0
         step = self.hp("eta")[:, None] * (per_class + self.adjust) * present

@@ -35,16 +35,17 @@ class JTT(Method):
             raise UserError(f"stage1_epochs must be ≥ 0 (0 = epochs // 3), got {hp['stage1_epochs']}")
 
     def stage1_epochs(self) -> list[int]:
-        return [int(hp["stage1_epochs"]) or max(1, self.ctx.epochs // 3) for hp in self.hparams]
+        return [int(hp["stage1_epochs"]) or max(1, self.ctx.schedule.epochs // 3) for hp in self.hparams]
 
     def prepare(self) -> None:
         epochs = self.stage1_epochs()
         keys = [(float(hp["lr"]), float(hp["weight_decay"]), t) for hp, t in zip(self.hparams, epochs)]
-        wrong = torch.zeros(self.h, len(self.ctx.y), dtype=torch.bool, device=self.ctx.y.device)
+        y = self.ctx.data.y
+        wrong = torch.zeros(self.h, len(y), dtype=torch.bool, device=y.device)
         for t in sorted(set(epochs)):
             distinct = sorted({k for k in keys if k[2] == t})
-            logits = self.ctx.train_aux("ce", [{"lr": lr, "weight_decay": wd} for lr, wd, _ in distinct], t)
-            errors = logits.argmax(-1) != self.ctx.y  # [len(distinct), N]
+            logits = self.ctx.aux.train("ce", [{"lr": lr, "weight_decay": wd} for lr, wd, _ in distinct], t)
+            errors = logits.argmax(-1) != y  # [len(distinct), N]
             rows = [i for i, k in enumerate(keys) if k[2] == t]
             wrong[rows] = errors[[distinct.index(keys[i]) for i in rows]]
         self.error_set = wrong  # [h, N]: the samples stage 1 got wrong
@@ -60,6 +61,6 @@ class JTT(Method):
         return self.scaled.index_select(1, batch.idx)  # w_i / w̄ [h, B] (a gather of columns, cheaper than [:, idx])
 
     def info(self) -> list[dict[str, Any]]:
-        n = len(self.ctx.y)
+        n = len(self.ctx.data.y)
         return [{"jtt_error_set_size": int(self.error_set[i].sum()), "jtt_stage1_epochs": self.epochs1[i],
                  "jtt_stage1_train_acc": 1 - float(self.error_set[i].sum()) / n} for i in range(self.h)]

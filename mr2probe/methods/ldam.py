@@ -29,7 +29,7 @@ class LDAM(Method):
     """ℓ = w_y · CE(s · (ẑ − Δ_y e_y), y),  Δ_k = max_m · n_k^(−1/4) / max_j n_j^(−1/4)   (batch mean over B).
 
     Deferred re-weighting (DRW, the paper's Algorithm 1 and its LDAM-DRW results): w_k = 1 for epochs
-    t < T₀ = ⌊``drw_frac`` · E⌋ (E = ``ctx.epochs``, the trainer's effective number of epochs), then the
+    t < T₀ = ⌊``drw_frac`` · E⌋ (E = ``ctx.schedule.epochs``, the trainer's effective number of epochs), then the
     class-balanced weights w_k = (1 − β)/(1 − β^{n_k}) normalised to Σ_k w_k = K (β = ``drw_beta``, 0.9999)
     from epoch T₀ on. The paper defers at epoch 160 of 200: ``drw_frac`` = 0.8. ``drw`` = false is plain LDAM
     (w = 1 throughout); ``drw_frac`` = 0 re-weights from the start, 1 never. The weighted batch is averaged over
@@ -71,8 +71,8 @@ class LDAM(Method):
                 raise UserError(f"{key} must be {need}, got {hp[key]}")
 
     def prepare(self) -> None:
-        self.delta = ldam_margins(self.ctx.counts, self.hp("max_m"))  # [h, K]
-        if self.ctx.probe.head == "cosine":  # ẑ = z / s_head, s_head the head's cosine scale (per head)
+        self.delta = ldam_margins(self.ctx.data.counts, self.hp("max_m"))  # [h, K]
+        if self.ctx.heads.config.head == "cosine":  # ẑ = z / s_head, s_head the head's cosine scale (per head)
             s_head = self.head_scales()
             self.pre = 1.0 / torch.tensor(s_head, dtype=self.delta.dtype, device=self.delta.device)
             # s = "head": LDAM's scale is the head's own, chosen on val from the scale grid like every method's
@@ -80,8 +80,8 @@ class LDAM(Method):
             self.scale = torch.tensor(own, dtype=self.delta.dtype, device=self.delta.device)
         else:
             self.pre, self.scale = torch.ones_like(self.hp("s_linear")), self.hp("s_linear")
-        self.cb = effective_number_weights(self.ctx.counts, self.hp("drw_beta"))  # [h, K]
-        self.drw_epoch = [drw_start_epoch(self.ctx.epochs, float(hp["drw_frac"])) if hp["drw"] else None
+        self.cb = effective_number_weights(self.ctx.data.counts, self.hp("drw_beta"))  # [h, K]
+        self.drw_epoch = [drw_start_epoch(self.ctx.schedule.epochs, float(hp["drw_frac"])) if hp["drw"] else None
                           for hp in self.hparams]
         self.weights = torch.ones_like(self.cb)  # [h, K]: w_k, 1 until the deferral epoch
 

@@ -6,7 +6,6 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ..heads import HEADS
 from ..losses import Terms
 from ._base import METHODS, Batch, Method
 
@@ -16,9 +15,10 @@ from ._base import METHODS, Batch, Method
 class LfF(Method):
     """Two heads per run: the main (debiased) head D of the probe and a biased head B owned by this method.
 
-    B has the same architecture as the probe's head (linear or cosine), reads the representation detached
-    (it never trains the adapter), is initialised from the run seed offset by ``init_seed`` (default 7777,
-    so it starts away from the main head and differs between seeds) and is trained with generalized CE:
+    B has the same architecture as the probe's head (linear or cosine: fresh heads the trainer gives it,
+    ``ctx.aux.new_heads``), reads the representation detached (it never trains the adapter), is initialised from
+    the run seed offset by ``init_seed`` (default 7777, so it starts away from the main head and differs between
+    seeds) and is trained with generalized CE:
         ℓ_B = (1 − p_B,y^q) / q,  q = 0.7.
     D is trained with relative-difficulty weights, per sample and detached:
         W(x) = ℓ̃_B(x) / (ℓ̃_B(x) + ℓ̃_D(x)),   ℓ_D = W(x) · CE(f_D(x), y),
@@ -38,16 +38,13 @@ class LfF(Method):
     grid: dict[str, list] = {}
 
     def prepare(self) -> None:
-        ctx = self.ctx
-        self.head = HEADS.get(ctx.probe.head)()
-        seeds = [ctx.seed + int(hp["init_seed"]) for hp in self.hparams]
-        scales = self.head_scales()  # as the main heads' (cosine)
-        params = self.head.init(seeds, ctx.num_classes, ctx.rep_dim, ctx.probe, scales)
-        self.biased = {n: t.to(device=ctx.x.device, dtype=ctx.x.dtype).requires_grad_(not n.startswith("_"))
-                       for n, t in params.items()}
-        self.ema_b = torch.zeros(self.h, len(ctx.y), dtype=ctx.x.dtype, device=ctx.x.device)
+        data = self.ctx.data
+        seeds = [self.ctx.schedule.seed + int(hp["init_seed"]) for hp in self.hparams]
+        self.biased_heads = self.ctx.aux.new_heads(seeds, self.head_scales())  # scales as the main heads' (cosine)
+        self.biased = self.biased_heads.params  # (the step's state: CUDA-graph capture finds its tensors here)
+        self.ema_b = torch.zeros(self.h, len(data.y), dtype=data.dtype, device=data.device)
         self.ema_d = torch.zeros_like(self.ema_b)
-        self.seen = torch.zeros(len(ctx.y), dtype=torch.bool, device=ctx.x.device)  # visited at least once
+        self.seen = torch.zeros(len(data.y), dtype=torch.bool, device=data.device)  # visited at least once
 
     @classmethod
     def check(cls, hp: dict[str, Any]) -> None:
@@ -57,11 +54,11 @@ class LfF(Method):
             raise UserError(f"ema must be in [0, 1), got {hp['ema']}")
 
     def extra_parameters(self) -> list[torch.Tensor]:
-        return [t for n, t in self.biased.items() if not n.startswith("_")]
+        return self.biased_heads.trainable()
 
     def biased_logits(self, rep: torch.Tensor) -> torch.Tensor:
         """Logits [h, B, K] of the biased heads on the detached representation."""
-        return self.head.logits(rep.detach(), self.biased)
+        return self.biased_heads.logits(rep.detach())
 
     def aux_logits(self, batch: Batch) -> torch.Tensor:
         """The biased heads B, trained in the stack's pass with ψ = GCE (``aux_terms``)."""

@@ -18,7 +18,7 @@ class LogitAdjust(Method):
     grid: dict[str, list] = {}
 
     def prepare(self) -> None:
-        counts = self.ctx.counts
+        counts = self.ctx.data.counts
         self.log_prior = (counts / counts.sum()).clamp_min(1e-12).log()  # [K]
 
     def stateless(self) -> bool:

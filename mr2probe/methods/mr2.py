@@ -27,16 +27,17 @@ Defaults [choice]: p = 3, c̄ = 1, λ = 0.1, τ = 10·d (``tau=0`` means "10·d"
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from ..errors import UserError
-from ..heads import HEADS, Head
+from ..heads import HEADS
 from ..losses import Terms, label_counts
 from ..stats import ClassStats, batch_class_stats, class_stats_chunked, margins
-from ._base import METHODS, Batch, Method, per_head_ce
+from ._base import METHODS, Batch, ClassStatsKey, Method, per_head_ce
 
 
 SYNC_FREE = False  # True: ``auto`` takes the dense layout on a CPU too (benchmarks/step_ops.py counts the device path)
@@ -225,22 +226,23 @@ class MR2(Method):
                 raise UserError(f"{key} must be {' or '.join(allowed)}, got {hp[key]!r}")
 
     def prepare(self) -> None:
-        self.uses_rep = self.ctx.probe.adapter != "none" and any(hp["lam"] > 0 for hp in self.hparams)
-        if self.ctx.probe.adapter == "none":
+        self.uses_rep = self.ctx.heads.config.adapter != "none" and any(hp["lam"] > 0 for hp in self.hparams)
+        if self.ctx.heads.config.adapter == "none":
             self.ctx.log(f"{self.name}: frozen features and no adapter: statistics computed once; "
                          "the representation margin term is constant and skipped")
         # stats_on=input differs from what the classifier sees only for heads that transform z (cosine: z/‖z‖)
-        same = HEADS.get(self.ctx.probe.head).represent is Head.represent
-        self.space = ["classifier" if same else hp["stats_on"] for hp in self.hparams]
-        dev = self.ctx.x.device
+        own = HEADS.get(self.ctx.heads.config.head).has_own_transform
+        self.space = [hp["stats_on"] if own else "classifier" for hp in self.hparams]
+        dev = self.ctx.data.device
         self.on_input = torch.tensor([sp == "input" for sp in self.space], dtype=torch.bool, device=dev)
         self.any_input, self.all_input = "input" in self.space, all(sp == "input" for sp in self.space)
         self.reference = torch.tensor([hp["rep_scale"] == "reference" for hp in self.hparams], dtype=torch.bool,
                                       device=dev)
         self.any_reference = any(hp["rep_scale"] == "reference" for hp in self.hparams)
-        if "input" in self.space and (self.ctx.represent_input_train is None or self.ctx.represent_input is None):
+        if "input" in self.space and (self.ctx.heads.represent_input_train is None
+                                      or self.ctx.heads.represent_input is None):
             raise ValueError(f"{self.name}: stats_on=input needs a FitContext with represent_input(_train)")
-        k, dev, dtype = self.ctx.num_classes, self.ctx.x.device, self.ctx.x.dtype
+        k, dev, dtype = self.ctx.data.num_classes, self.ctx.data.device, self.ctx.data.dtype
         # state updated in place (the step reads the same tensors throughout: CUDA-graph capture needs that)
         self.v = torch.zeros(self.h, k, dtype=dtype, device=dev)
         self.s2_l2 = torch.zeros(self.h, k, dtype=dtype, device=dev)  # ŝ²_k (L2), whose class mean is s̄
@@ -251,34 +253,34 @@ class MR2(Method):
         self.seen = torch.zeros(k, dtype=torch.bool, device=dev)  # EMA: classes that had a batch
         self.p_rows = [(p, torch.tensor([i for i, hp in enumerate(self.hparams) if float(hp["p"]) == p], device=dev))
                        for p in sorted({float(hp["p"]) for hp in self.hparams})]  # distinct p: no sync per step
-        self.ema = self.hparams[0]["stats"] == "ema" and self.ctx.probe.adapter != "none"
+        self.ema = self.hparams[0]["stats"] == "ema" and self.ctx.heads.config.adapter != "none"
         self.per_step_terms = self.ema
-        if self.ctx.probe.adapter == "none" or self.hparams[0]["stats"] != "exact":
+        if self.ctx.heads.config.adapter == "none" or self.hparams[0]["stats"] != "exact":
             self._update_stats()
-        d = self.ctx.rep_dim
+        d = self.ctx.heads.rep_dim
         self.tau = torch.where(self.hp("tau") > 0, self.hp("tau"), torch.full_like(self.hp("tau"), 10.0 * d))
 
     def on_epoch_start(self, epoch: int) -> None:
-        if self.ctx.probe.adapter != "none" and self.hparams[0]["stats"] == "exact":
+        if self.ctx.heads.config.adapter != "none" and self.hparams[0]["stats"] == "exact":
             self._update_stats()
 
     def _update_stats(self) -> None:
         """Exact statistics of the current representation, one no-grad pass per distinct (stats_on, p)."""
         ps = self.hp("p")
-        v = torch.empty(self.h, self.ctx.num_classes, dtype=self.ctx.x.dtype, device=self.ctx.x.device)
+        k = self.ctx.data.num_classes
+        v = torch.empty(self.h, k, dtype=self.ctx.data.dtype, device=self.ctx.data.device)
         s2 = torch.empty_like(v)
         for space in sorted(set(self.space)):
             in_space = self.on_input == (space == "input")
-            chunks = self.ctx.represent_input_train if space == "input" else self.ctx.represent_train
+            chunks = self.ctx.heads.represent_input_train if space == "input" else self.ctx.heads.represent_train
             for p in torch.unique(ps[in_space]).tolist():
-                if self.ctx.probe.adapter == "none":  # frozen representation: the same for every MR2-family slice
-                    # and every stack on these features (``ctx.shared`` lives with them) with this head's transform
-                    key = ("mr2-stats", self.ctx.probe.head, space, p)
-                    if key not in self.ctx.shared:
-                        self.ctx.shared[key] = class_stats_chunked(chunks, self.ctx.num_classes, p)
-                    st: ClassStats = self.ctx.shared[key]
+                measure = partial(class_stats_chunked, chunks, k, p)  # one no-grad pass over the training set
+                if self.ctx.heads.config.adapter == "none":  # frozen representation: the same for every MR2-family
+                    # slice and every stack on these features (``ctx.shared`` lives with them) with this head kind
+                    key = ClassStatsKey(head=self.ctx.heads.config.head, stats_on=space, p=p)
+                    st: ClassStats = self.ctx.shared.get_or_compute(key, measure)
                 else:
-                    st = class_stats_chunked(chunks, self.ctx.num_classes, p)
+                    st = measure()
                 rows = in_space & (ps == p)
                 v[rows] = st.v.expand(self.h, -1)[rows]
                 s2[rows] = st.s2_l2.expand(self.h, -1)[rows]
@@ -300,7 +302,7 @@ class MR2(Method):
         authors' code: a class's first batch sets its statistics (until then they are the exact ones of the
         initial representation), later batches move them by v_k ← d·v_k + (1 − d)·v̂_k (d = ``ema_decay``); classes
         absent from the batch keep theirs. Masks and counts by ``index_add``: no host sync."""
-        k = self.ctx.num_classes
+        k = self.ctx.data.num_classes
         present = label_counts(y, k, z.dtype) > 0  # [K]
         decay = self.hp("ema_decay")[:, None]
         keep = torch.where(self.seen, decay, torch.zeros_like(decay))  # [h, K]: 0 at a class's first batch
@@ -319,10 +321,10 @@ class MR2(Method):
 
     def _measured(self, batch: Batch) -> torch.Tensor:
         """The batch representation in each head's ``stats_on`` space, [h|1, B, d]: ``batch.rep`` for
-        ``classifier``; g(x) recomputed with grad (``ctx.represent_input``) for ``input``."""
+        ``classifier``; g(x) recomputed with grad (``ctx.heads.represent_input``) for ``input``."""
         if not self.any_input:  # Python bools from prepare(): no device sync per step
             return batch.rep
-        u = self.ctx.represent_input(batch.idx)
+        u = self.ctx.heads.represent_input(batch.idx)
         if self.all_input:
             return u
         return torch.where(self.on_input[:, None, None], u, batch.rep)
@@ -330,7 +332,7 @@ class MR2(Method):
     def stateless(self) -> bool:
         """Frozen features: the statistics and margins come from ``prepare`` alone (with a trainable adapter they
         follow the representation, from epoch to epoch or step to step)."""
-        return self.ctx.probe.adapter == "none"
+        return self.ctx.heads.config.adapter == "none"
 
     def terms(self) -> Terms:
         """CE(f(x)/γ_y, y): the loss form's scale a = 1/γ_y."""
@@ -347,7 +349,7 @@ class MR2(Method):
         z = self._measured(batch)
         return self.hp("lam") * rep_margin_loss(z.expand(self.h, -1, -1), batch.y, self.s_bar, self.tau,
                                                 reference=self.reference if self.any_reference else False,
-                                                num_classes=self.ctx.num_classes)
+                                                num_classes=self.ctx.data.num_classes)
 
     def info(self) -> list[dict[str, Any]]:
         return [{"margins": self.gamma[i].tolist(), "variability": self.v[i].tolist(),
