@@ -82,6 +82,7 @@ class TrainConfig:
     compile: str = TRAIN["compile"].default  # auto: torch.compile the step on a GPU (:func:`compiled_step`)
     cuda_graph: bool = TRAIN["cuda_graph"].default  # with compile on a GPU: the step as a CUDA graph
     tf32: bool = TRAIN["tf32"].default  # TF32 products on a GPU
+    log: str = TRAIN["log"].default  # experiment tracker (mr2probe.tracking): how the run is shown, not trained
 
     @property
     def halving(self) -> bool:
@@ -337,15 +338,38 @@ def _slices(specs: list[RunSpec]) -> list[tuple[str, slice]]:
     return out
 
 
+EpochHook = Callable[[int, dict[str, float]], None]
+"""Called at the end of every epoch of a stack's main training with (epochs done, method → its best val score)."""
+
+
+def _merged_epochs(on_epoch: EpochHook) -> tuple[EpochHook, Callable[[], None]]:
+    """For a stack trained in chunks: a hook that collects each chunk's scores (a method's best over the chunks
+    holding its heads), and a call that reports them epoch by epoch once every chunk is trained."""
+    seen: dict[int, dict[str, float]] = {}
+
+    def collect(epoch: int, scores: dict[str, float]) -> None:
+        row = seen.setdefault(epoch, {})
+        row.update({m: max(v, row.get(m, v)) for m, v in scores.items()})
+
+    def report() -> None:
+        for epoch in sorted(seen):
+            on_epoch(epoch, seen[epoch])
+
+    return collect, report
+
+
 def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
                 log: Callable[[str], None] = lambda m: None, epochs: int | None = None,
-                description: str = "train", bar: Any = None, select: str = "acc") -> TrainedStack:
+                description: str = "train", bar: Any = None, select: str = "acc",
+                on_epoch: EpochHook | None = None) -> TrainedStack:
     """Train the heads of ``specs`` (all with one seed) together; returns the trained stack. On a CPU the heads
     go through in chunks (:func:`chunk_size`), each chunk a stack of its own that shares the seed's batches and the
     statistics of frozen features; the result is one stack, the same heads in the same order. Under the
     ``checkpoints`` rule (and no ``epochs`` of an auxiliary stage) every head returns in its best state on val by
     the score ``select`` (:func:`select_scores`) over the checkpoints. Under ``search="halving"`` (no ``epochs``)
-    each method's heads are cut at the rungs (:func:`halving_rungs`); chunks then hold whole methods."""
+    each method's heads are cut at the rungs (:func:`halving_rungs`); chunks then hold whole methods. ``on_epoch``
+    (:data:`EpochHook`): each method's best val score at every epoch's end (of a chunked stack: after the last
+    chunk)."""
     if len({s.seed for s in specs}) != 1:
         raise ValueError("a stack trains runs of one seed")
     specs = sorted(specs, key=lambda s: s.method)  # stable: grid order kept inside a method
@@ -353,14 +377,16 @@ def train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig,
     chunks = [specs] if size is None else head_chunks(specs, size, whole=cfg.halving and epochs is None)
     if len(chunks) == 1:
         with matmul_precision(cfg, data.y.device):
-            return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select)
+            return _train_stack(data, specs, cfg, log, epochs, description, bar, 1.0, select, on_epoch)
+    collect, report = _merged_epochs(on_epoch) if on_epoch is not None else (None, lambda: None)
     total = train_steps(len(data.y), cfg) if epochs is None else int(np.prod(budget(len(data.y), cfg, epochs)))
     own = progress_bar(f"{description}: {len(specs)} heads in {len(chunks)} chunks", total=total,
                        enabled=cfg.progress and bar is None)
     with own if bar is None else contextlib.nullcontext(bar) as bar:
         # each chunk runs the seed's epochs again: the bar names the chunk so its epoch counter reads right
         parts = [_train_stack(data, c, cfg, log, epochs, f"{description} · chunk {i + 1}/{len(chunks)}", bar,
-                              len(c) / len(specs), select) for i, c in enumerate(chunks)]
+                              len(c) / len(specs), select, collect) for i, c in enumerate(chunks)]
+    report()
     ckpt = parts[0].checkpoint_scores is not None
     halved = parts[0].stopped_at is not None
     return TrainedStack(specs=[s for p in parts for s in p.specs], probe=ProbeStack.concat([p.probe for p in parts]),
@@ -769,6 +795,15 @@ class StackTraining:
         if self.halving is not None and self.halving.due(self.step_count):
             self.cut()
 
+    @torch.no_grad()
+    def method_scores(self) -> dict[str, float]:
+        """Each method's best val score (:func:`select_scores` by ``select``) over its heads still in the stack: one
+        pass over val and one host sync (at an epoch's end, for :data:`EpochHook`)."""
+        x, c = self.data.val_x, chunk_rows(self.data.val_x)
+        logits = torch.cat([self.probe(x[i:i + c])[1] for i in range(0, len(x), c)], 1)
+        scores = select_scores(logits, self.data.val_y, self.data.num_classes, self.select)
+        return {m.name: float(np.max(scores[v.sl])) for m, v in self.methods}
+
     def check_finite(self) -> None:
         """Raise if any loss since the start was not finite (one host sync)."""
         if not bool(self.finite):
@@ -793,7 +828,8 @@ class StackTraining:
 
 
 def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: Callable[[str], None],
-                 epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc") -> TrainedStack:
+                 epochs: int | None, description: str, bar: Any, weight: float, select: str = "acc",
+                 on_epoch: EpochHook | None = None) -> TrainedStack:
     """One stack: every head of ``specs`` (sorted by method, one seed) in one product per step; ``bar`` advances by
     ``weight`` per step (the stack's share of its seed's heads).
 
@@ -818,6 +854,8 @@ def _train_stack(data: TrainData, specs: list[RunSpec], cfg: TrainConfig, log: C
                 run.step(idx, xb)
                 bar.advance(weight)
             run.end_epoch()
+            if on_epoch is not None:
+                on_epoch(epoch + 1, run.method_scores())
     return run.finish()
 
 
