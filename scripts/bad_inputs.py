@@ -6,7 +6,7 @@ Runs every case of ``CASES`` through the real CLI and prints a markdown table "c
     .venv/bin/python scripts/bad_inputs.py               # each case as `python -m mr2probe ...` (subprocess)
     .venv/bin/python scripts/bad_inputs.py --in-process  # through typer's CliRunner (faster)
 
-tests/test_hardening.py imports this table, so the tests and the report never drift. A case builds its inputs
+tests/test_cli_errors.py imports this table, so the tests and the report never drift. A case builds its inputs
 in a fresh folder and returns the CLI arguments; every output path it names lies inside that folder, whose
 file listing must be the same before and after the run ("no partial output").
 """

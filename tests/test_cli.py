@@ -47,5 +47,5 @@ def test_train_report_info_on_bundled_file(tmp_path: Path) -> None:
     assert r.returncode == 0 and "D=1280" in r.stdout and "Ankle boot" in r.stdout
 
 
-# Bad input (exit 2, one line, nothing written) is tested case by case in tests/test_hardening.py, from the
+# Bad input (exit 2, one line, nothing written) is tested case by case in tests/test_cli_errors.py, from the
 # table in scripts/bad_inputs.py.

@@ -1,12 +1,11 @@
-"""Hardening of `mr2probe train` as a user runs it: SIGKILL and resume, Ctrl-C, determinism through the CLI,
-and the table of bad inputs (scripts/bad_inputs.py) → exit 2 with one line, no traceback, nothing written.
+"""`mr2probe train` as a user runs it: SIGKILL and resume, Ctrl-C, determinism through the CLI (bad input: in
+test_cli_errors.py).
 
 Training runs are subprocesses (`python -m mr2probe train`) on a hand-written feature file sized so that one
 seed takes about a second here; extraction's kill/resume and Ctrl-C are in test_extract_engine.py.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -20,12 +19,6 @@ import pytest
 
 from conftest import ROOT, write_by_hand
 from mr2probe.predfile import load_predictions
-
-_spec = importlib.util.spec_from_file_location("bad_inputs", ROOT / "scripts" / "bad_inputs.py")
-bad_inputs = importlib.util.module_from_spec(_spec)
-sys.modules["bad_inputs"] = bad_inputs  # (dataclasses look their module up)
-_spec.loader.exec_module(bad_inputs)
-CASES = {c.name: c for c in bad_inputs.CASES}
 
 WALL_KEYS = {"stack_wall_time_s", "wall_time_s", "command"}  # differ between identical runs
 
@@ -170,7 +163,7 @@ def test_ctrl_c_stops_fast_exit_130_one_line_no_results(features: Path, tmp_path
     assert not list((out / "parts").glob("*.tmp"))
 
 
-# ---- 4. determinism through the CLI ---------------------------------------------------------------------------
+# ---- 3. determinism through the CLI ---------------------------------------------------------------------------
 
 @pytest.mark.slow
 def test_same_command_twice_gives_identical_results(features: Path, reference: Path, tmp_path: Path) -> None:
@@ -182,29 +175,3 @@ def test_same_command_twice_gives_identical_results(features: Path, reference: P
     assert without_wall_times(again) == without_wall_times(ref)
     assert_same_predictions(again_preds, ref_preds)
     assert (out / "table.csv").read_text() == (reference / "table.csv").read_text()
-
-
-# ---- 3. bad input ------------------------------------------------------------------------------------------------
-
-def test_bad_input_table_is_large_and_distinct() -> None:
-    assert len(CASES) == len(bad_inputs.CASES) >= 20
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_bad_input_exit_2_one_line_nothing_written(name: str, tmp_path: Path) -> None:
-    case = CASES[name]
-    o = bad_inputs.run_case(case, tmp_path, in_process=True)
-    assert not bad_inputs.problems(case, o), f"{bad_inputs.problems(case, o)}: {o.stderr[-1500:]!r}"
-
-
-SUBPROCESS_CASES = ["truncated HDF5 file", "--set mr2.c_bar=0 (c-bar must be > 0)",
-                    "extract: recipe with an unknown key"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", SUBPROCESS_CASES)
-def test_bad_input_as_a_user_runs_it(name: str, tmp_path: Path) -> None:
-    """A few of the cases as real `python -m mr2probe` processes (exit status and stderr as the shell sees them)."""
-    case = CASES[name]
-    o = bad_inputs.run_case(case, tmp_path, in_process=False)
-    assert not bad_inputs.problems(case, o), f"{bad_inputs.problems(case, o)}: {o.stderr[-1500:]!r}"

@@ -1,13 +1,9 @@
-"""The inputs researchers already have, offline: a plain ``<class>/*`` tree (``imagefolder``, split seeded and
-stratified), a Hugging Face ``DatasetDict`` (``hf:PATH``, built here from foolbox's real sample images and saved with
-``save_to_disk``), and features made by other tools (``mr2probe import``: an ``.npz``, CLIP_benchmark's folder of
-``features_{split}.pt`` / ``targets_{split}.pt``, ``.npy`` files)."""
+"""``mr2probe import`` (mr2probe.importer): features made by other tools (an ``.npz``, CLIP_benchmark's folder of
+``features_{split}.pt`` / ``targets_{split}.pt``, ``.npy`` files) become feature files that train like our own;
+bad input is one line and writes nothing."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import sys
 from pathlib import Path
 
 import h5py
@@ -16,22 +12,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import _extract_support as support
 from mr2probe.cli import app
-from mr2probe.datasets import build_dataset
-from mr2probe.datasets.folder import stratified_split
-from mr2probe.errors import UserError
 from mr2probe.experiment import ExperimentConfig, run_experiment
-from mr2probe.extract import ExtractConfig, extract
 from mr2probe.featurestore import base_attrs, read_features, write_features
 from mr2probe.importer import import_features
 from mr2probe.trainer import TrainConfig
-from test_datasets import SAMPLES, needs_samples, rgb, samples
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never go online (a hub name is faked below)
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-CIFAR10 = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-
 
 def one_line_error(r) -> str:
     """The CLI failed as bad input should: exit 2, one line ``error: ...`` on stderr, no traceback."""
@@ -40,211 +25,6 @@ def one_line_error(r) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert r.exception is None or isinstance(r.exception, SystemExit)
     return lines[0]
-
-
-# --- imagefolder: a plain tree of class folders -----------------------------------------------------------------
-
-
-def plain_tree(root: Path, per_class: dict[str, int]) -> dict[str, list[Path]]:
-    """``root/<prefix>/<file>`` with the first n foolbox samples of each prefix (the class)."""
-    tree = {}
-    for prefix, n in per_class.items():
-        tree[prefix] = []
-        for path, _ in samples(prefix)[:n]:
-            (root / prefix).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, root / prefix / path.name)
-            tree[prefix].append(path)
-    return tree
-
-
-@needs_samples
-def test_imagefolder_plain_tree_is_split_seeded_and_stratified(tmp_path: Path) -> None:
-    tree = plain_tree(tmp_path, {"mnist": 10, "imagenet": 10, "cifar10": 20, "fashionMNIST": 3})
-    ds = build_dataset("imagefolder", tmp_path)
-    assert ds.name == "imagefolder" and ds.class_names == ["cifar10", "fashionMNIST", "imagenet", "mnist"]
-    # ImageFolder order: class by class, files sorted
-    whole = [(p, ds.class_names.index(c)) for c in ds.class_names for p in sorted(tree[c])]
-    pos = ds.extra["positions"]
-    assert set(ds.splits) == set(pos) == {"train", "val", "test"}
-    assert np.array_equal(np.sort(np.concatenate(list(pos.values()))), np.arange(len(whole)))  # a partition
-    per_class = {s: np.bincount(ds.split(s).labels, minlength=4).tolist() for s in ds.splits}
-    # 0.7/0.1/0.2 per class: 20 → 14/2/4, 10 → 7/1/2, 3 → 1/1/1 (each split gets one of a small class)
-    assert per_class == {"train": [14, 1, 7, 7], "val": [2, 1, 1, 1], "test": [4, 1, 2, 2]}
-    for s, split in ds.splits.items():
-        assert np.all(np.diff(pos[s]) > 0)  # each split keeps ImageFolder order
-        for i in (0, len(split) - 1):
-            path, label = whole[pos[s][i]]
-            assert split.labels[i] == label
-            np.testing.assert_array_equal(np.asarray(split.image(i)), rgb(path))
-    assert "0.7/0.1/0.2" in ds.source and "seed 0" in ds.source and str(tmp_path) in ds.source
-    assert ds.extra["split"]["seed"] == 0 and ds.extra["split"]["rows"] == {"train": 29, "val": 5, "test": 9}
-    again = build_dataset("imagefolder", tmp_path).extra["positions"]  # seeded: the same split every time
-    assert all(np.array_equal(again[s], pos[s]) for s in pos)
-    other = build_dataset("imagefolder:seed=1", tmp_path)
-    assert not np.array_equal(other.extra["positions"]["test"], pos["test"])
-    assert np.bincount(other.split("test").labels).tolist() == per_class["test"]  # still stratified
-
-
-@needs_samples
-def test_imagefolder_split_settings_in_the_name(tmp_path: Path) -> None:
-    plain_tree(tmp_path, {"mnist": 10, "cifar10": 10})
-    ds = build_dataset("imagefolder:0.5,0,0.5,seed=3", tmp_path)
-    assert ds.name == "imagefolder:0.5,0,0.5,seed=3" and set(ds.splits) == {"train", "test"}  # val 0: no val
-    assert [len(ds.split(s)) for s in ("train", "test")] == [10, 10]
-    assert "0.5/0/0.5" in ds.source and "seed 3" in ds.source
-    for bad, needle in (("0.5,0.5", "expected 3"), ("0.6,0.1,0.1", "add up to 1"), ("0,0.5,0.5", "test > 0"),
-                        ("x,0.1,0.2", "cannot read"), ("seed=-1", "seed"), ("0.7,0.1,0.2,size=3", "cannot read")):
-        with pytest.raises(UserError, match=needle) as e:
-            build_dataset(f"imagefolder:{bad}", tmp_path)
-        assert "\n" not in str(e.value) and str(e.value).startswith("imagefolder")
-    # a tree with train/ and test/ keeps its own split; split settings for it are refused
-    for split in ("train", "test"):
-        plain_tree(tmp_path / "split" / split, {"mnist": 2})
-    assert set(build_dataset("imagefolder", tmp_path / "split").splits) == {"train", "test"}
-    with pytest.raises(UserError, match="already has split folders"):
-        build_dataset("imagefolder:0.8,0.1,0.1", tmp_path / "split")
-    (tmp_path / "split" / "test").rename(tmp_path / "split" / "other")
-    with pytest.raises(UserError, match="no test/ folder"):  # half a split layout is not a plain tree
-        build_dataset("imagefolder", tmp_path / "split")
-
-
-def test_stratified_split_small_classes() -> None:
-    labels = np.array([0] + [1] * 2 + [2] * 3 + [3] * 100)
-    parts = stratified_split(labels, (0.7, 0.1, 0.2), seed=0)
-    counts = {s: np.bincount(labels[p], minlength=4).tolist() for s, p in parts.items()}
-    assert counts == {"train": [1, 1, 1, 70], "val": [0, 0, 1, 10], "test": [0, 1, 1, 20]}
-    assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(len(labels)))
-
-
-@needs_samples
-def test_extract_plain_tree_records_the_split(tmp_path: Path) -> None:
-    plain_tree(tmp_path / "tree", {"mnist": 10, "cifar10": 10})
-    out = tmp_path / "f.h5"
-    extract(ExtractConfig(support.NAME, "imagefolder", out, root=tmp_path / "tree", workers=0, runtime="torch",
-                          progress=False, device="cpu"))
-    fs = read_features(out)
-    assert fs.dataset == "imagefolder" and "0.7/0.1/0.2" in fs.attrs["source"] and "seed 0" in fs.attrs["source"]
-    assert {s: len(sp) for s, sp in fs.splits.items()} == {"train": 14, "val": 2, "test": 4}
-
-
-# --- hf: a Hugging Face DatasetDict -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def hf_dir(tmp_path: Path) -> tuple[Path, dict[str, list[tuple[Path, int]]]]:
-    """A DatasetDict of the 20 real CIFAR-10 samples (train 12 / validation 4 / test 4), saved with save_to_disk."""
-    if SAMPLES is None or not SAMPLES.is_dir():
-        pytest.skip("foolbox sample images not found")
-    datasets = pytest.importorskip("datasets")
-    items = samples("cifar10")
-    parts = {"train": items[:12], "validation": items[12:16], "test": items[16:]}
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=CIFAR10),
-                                  "note": datasets.Value("string")})
-    dd = datasets.DatasetDict({
-        name: datasets.Dataset.from_dict({"image": [{"bytes": p.read_bytes(), "path": None} for p, _ in part],
-                                          "label": [y for _, y in part], "note": [p.name for p, _ in part]},
-                                         features=features)
-        for name, part in parts.items()})
-    path = tmp_path / "cifar10-hf"
-    dd.save_to_disk(str(path))
-    return path, parts
-
-
-def test_hf_save_to_disk_folder(hf_dir, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets
-
-    path, parts = hf_dir
-    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("a local folder went to the hub"))
-    ds = build_dataset(f"hf:{path}")
-    assert ds.name == f"hf:{path}" and ds.class_names == CIFAR10
-    assert set(ds.splits) == {"train", "val", "test"} and ds.extra["hf_splits"]["val"] == "validation"
-    assert "validation" in ds.source and str(path) in ds.source
-    for ours, theirs in (("train", "train"), ("val", "validation"), ("test", "test")):
-        split = ds.split(ours)
-        np.testing.assert_array_equal(split.labels, [y for _, y in parts[theirs]])
-        assert split.labels.dtype == np.int64
-        for i, (p, _) in enumerate(parts[theirs]):
-            img = split.image(i)
-            assert img.mode == "RGB" and img.size == (32, 32)
-            np.testing.assert_array_equal(np.asarray(img), rgb(p))
-    # --root instead of a path, a relative path under --root, and a split mapped by name
-    assert len(build_dataset("hf:", path).split("test")) == 4
-    assert len(build_dataset(f"hf:{path.name},test=validation", path.parent).split("test")) == 4
-    np.testing.assert_array_equal(build_dataset(f"hf:{path},test=validation").split("test").labels,
-                                  [y for _, y in parts["validation"]])
-
-
-def test_hf_other_columns_and_errors(hf_dir, tmp_path: Path) -> None:
-    import datasets
-
-    path, parts = hf_dir
-    dd = datasets.load_from_disk(str(path)).rename_columns({"image": "img", "label": "fine_label"})
-    other = tmp_path / "renamed"
-    dd.save_to_disk(str(other))
-    ds = build_dataset(f"hf:{other},image=img,label=fine_label")
-    np.testing.assert_array_equal(np.asarray(ds.split("train").image(0)), rgb(parts["train"][0][0]))
-
-    def refused(name: str, needle: str, root: Path | None = None) -> None:
-        with pytest.raises(UserError, match=needle) as e:
-            build_dataset(name, root)
-        assert "\n" not in str(e.value), e.value
-
-    refused(f"hf:{other}", "no image column 'image'")
-    refused(f"hf:{other},image=img,label=note", "not a ClassLabel")
-    refused(f"hf:{other},image=note,label=fine_label", "not an Image")
-    refused(f"hf:{path},test=nope", "not a split")
-    refused(f"hf:{tmp_path}/absent", "does not exist")
-    refused(f"hf:{path}/train", "single Dataset")
-    refused("hf:", "needs a path")
-    only_train = tmp_path / "only-train"
-    datasets.DatasetDict({"train": dd["train"]}).save_to_disk(str(only_train))
-    refused(f"hf:{only_train},image=img,label=fine_label", "no 'test' split")
-    unlabelled = tmp_path / "unlabelled"
-    test = dd["test"].map(lambda row: {"fine_label": -1})
-    datasets.DatasetDict({"train": dd["train"], "test": test}).save_to_disk(str(unlabelled))
-    refused(f"hf:{unlabelled},image=img,label=fine_label", "unlabelled")
-
-
-def test_hf_hub_name_goes_through_load_dataset(hf_dir, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A hub name is handed to datasets.load_dataset (faked here: the tests never go online)."""
-    import datasets
-
-    path, _ = hf_dir
-    calls = []
-    local = datasets.load_from_disk(str(path))
-
-    def fake(name, *args, **kwargs):
-        calls.append((name, args))
-        if name == "nobody/missing":
-            raise FileNotFoundError("Dataset 'nobody/missing' doesn't exist on the Hub or cannot be accessed.")
-        return local
-
-    monkeypatch.setattr(datasets, "load_dataset", fake)
-    ds = build_dataset("hf:uoft-cs/cifar10,config=plain_text")
-    assert calls == [("uoft-cs/cifar10", ("plain_text",))] and ds.class_names == CIFAR10
-    assert ds.source.startswith("huggingface hub uoft-cs/cifar10")
-    with pytest.raises(UserError, match="cannot load 'nobody/missing'"):
-        build_dataset("hf:nobody/missing")
-
-
-def test_hf_without_the_datasets_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets → ImportError
-    with pytest.raises(UserError, match=r"pip install") as e:
-        build_dataset(f"hf:{tmp_path}")
-    assert "\n" not in str(e.value)
-
-
-def test_extract_hf_dataset(hf_dir, tmp_path: Path) -> None:
-    path, parts = hf_dir
-    out = tmp_path / "hf.h5"
-    extract(ExtractConfig(support.NAME, f"hf:{path}", out, workers=0, runtime="torch", progress=False, device="cpu"))
-    fs = read_features(out)
-    assert fs.class_names == CIFAR10 and {s: len(sp) for s, sp in fs.splits.items()} == {"train": 12, "val": 4,
-                                                                                           "test": 4}
-    np.testing.assert_array_equal(fs.splits["val"].labels, [y for _, y in parts["validation"]])
-
-
-# --- mr2probe import ---------------------------------------------------------------------------------------------
 
 
 def gaussian_splits(k: int = 4, d: int = 8, rows: dict[str, int] | None = None, seed: int = 0,
