@@ -138,6 +138,7 @@ def shown(s: Summary, cols: Sequence[str], sd: bool = True) -> tuple[pd.DataFram
 
 def markdown_table(text: pd.DataFrame, bold: pd.DataFrame) -> str:
     """A GitHub pipe table of the displayed cells (index as the first column), bold as ``**…**``."""
+    text = text.astype(str)  # a frame with no rows (a suite whose only method is the reference) has float columns
     return text.mask(bold, "**" + text + "**").reset_index().to_markdown(index=False, disable_numparse=True)
 
 

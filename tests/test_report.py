@@ -169,3 +169,13 @@ def test_bad_run_dirs_exit_2_one_line(tmp_path: Path) -> None:
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], (args, r.stderr)
     assert not (good / "table.md").exists()  # nothing written when one of the folders is bad
+
+
+def test_markdown_table_of_a_frame_without_rows():
+    """A suite whose only method is the reference has no averages rows: the table is its header alone."""
+    import pandas as pd
+
+    from mr2probe.report import markdown_table
+    text = pd.DataFrame({"ΔHard": pd.Series([], dtype=float)}, index=pd.Index([], name="method"))
+    bold = pd.DataFrame({"ΔHard": pd.Series([], dtype=bool)}, index=text.index)
+    assert markdown_table(text, bold).splitlines()[0].split("|")[1:3] == [" method   ", " ΔHard   "]
