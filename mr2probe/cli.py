@@ -449,10 +449,10 @@ def predict(
     device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
 ) -> None:
     """Apply the head selected on val of every (method, seed) of a run to a feature file's split."""
-    from .predict import agreement_with_run, methods_without_heads, predict_run, write_predictions
+    from .predict import ROW_COLUMNS, agreement_with_run, methods_without_heads, predict_run, write_predictions
 
     df = predict_run(run_dir, features, split, device)
-    typer.echo(f"wrote {write_predictions(df, out)}: {len(df)} rows × {len(df.columns) - 2} heads")
+    typer.echo(f"wrote {write_predictions(df, out)}: {len(df)} rows × {len(df.columns) - len(ROW_COLUMNS)} heads")
     if missing := methods_without_heads(run_dir, df):
         typer.echo(f"not predicted: {', '.join(missing)} (no saved head: exact probes are fitted by scikit-learn and "
                    "not kept; their test predictions are in the run's predictions.npz)", err=True)

@@ -527,6 +527,24 @@ def extract_split(encoder: Encoder, split: ImageSplit, positions: np.ndarray, wr
         raise KeyboardInterrupt from None
 
 
+def split_sources(dataset: str, name: str, split: ImageSplit, positions: np.ndarray,
+                  root: str | Path | None) -> list[str]:
+    """Each row's source, stored with its features: a WebDataset sample's key (a tar member's path up to the first
+    dot of its file name), an image file's path relative to the dataset ``root`` (as the dataset names it without
+    one), else ``"dataset:split:index"`` (images held in memory, e.g. a torchvision set)."""
+    if split.file is None:
+        return [f"{dataset}:{name}:{int(p)}" for p in positions]
+    out = []
+    for p in positions:
+        path = str(split.file(int(p)))
+        if split.read is not None:  # a member of a tar shard, named "SHARD:MEMBER"
+            folder, _, base = path.rsplit(":", 1)[-1].rpartition("/")
+            out.append(f"{folder}/{base.partition('.')[0]}" if folder else base.partition(".")[0])
+        else:
+            out.append(Path(os.path.relpath(path, root) if root is not None else path).as_posix())
+    return out
+
+
 def _keep_existing(out: Path, cfg: ExtractConfig) -> bool:
     """True when a finished ``out`` is there to keep (validated; it must not contradict the settings given)."""
     if cfg.overwrite or not out.exists():
@@ -652,7 +670,7 @@ def extract(cfg: ExtractConfig) -> Path:
 
             def begin() -> int:
                 with interrupts.critical():
-                    start = writer.begin(s, len(positions))
+                    start = writer.begin(s, len(positions), split_sources(data.name, s, split, positions, cfg.root))
                 labels, index = writer.read_prefix(s, start)
                 if not (np.array_equal(index, positions[:start])
                         and np.array_equal(labels, split.labels[positions[:start]])):

@@ -8,6 +8,9 @@ Layout (``../shared/spec/features.md``, also in the README)::
     /<split>/features  float16|float32 [N, D]   (split ∈ train, test, optional val)
     /<split>/labels    int64 [N] in [0, K)
     /<split>/index     int64 [N]  position in the source dataset
+    /<split>/source    str [N]    optional: each row's source (an image file's path relative to the dataset root,
+                                  a WebDataset key, or "dataset:split:index"); files without it read as
+                                  "split:index" (:func:`row_sources`)
     /<split>           attrs: complete (bool), rows_written (int, resume point while writing)
 
 Writers go to ``<path>.partial`` and rename when every split is complete, so a file at the final path is
@@ -34,15 +37,18 @@ FORMAT_VERSION = 1
 SPLITS = ("train", "val", "test")
 REQUIRED_SPLITS = ("train", "test")
 CHUNK_ROWS = 1024
+SOURCE = "source"  # the optional per-row source dataset of a split
 
 
 @dataclass
 class Split:
-    """One split in memory: features [N, D] (None when read with ``load="labels"``), labels [N], index [N]."""
+    """One split in memory: features [N, D] (None when read with ``load="labels"``), labels [N], index [N];
+    ``source`` [N] str, each row's source, when it is to be written (:func:`row_sources` reads it)."""
 
     features: np.ndarray | None
     labels: np.ndarray
     index: np.ndarray
+    source: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(len(self.labels))
@@ -225,6 +231,27 @@ def read_features(path: str | Path, splits: Iterable[str] | None = None, load: b
     return fs
 
 
+def row_sources(path: str | Path, split: str) -> np.ndarray:
+    """[N] str: each row's source in ``split`` of the feature file (its ``source`` dataset); "split:index" for a
+    file written without one (older files, other tools)."""
+    path = Path(path)
+    with _open(path) as f:
+        if split not in f:
+            raise UserError(f"{path}: split {split!r} is missing")
+        _, _, index = _split_arrays(f, path, split)
+        g = f[split]
+        if SOURCE not in g:
+            return np.char.add(f"{split}:", _read_rows(index, path, split).astype(str))
+        ds = g[SOURCE]
+        if not isinstance(ds, h5py.Dataset) or ds.shape != index.shape or ds.dtype.kind not in "OSU":
+            raise UserError(f"{path}: {split}/{SOURCE} must be one string per row ({index.shape[0]}), got "
+                            f"{getattr(ds, 'dtype', '?')} {getattr(ds, 'shape', '?')}")
+        try:
+            return np.asarray(ds.asstr()[()], dtype=str)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise UserError(f"{path}: corrupt data in {split}/{SOURCE} ({str(e).splitlines()[0][:120]})") from None
+
+
 def check_classes_covered(fs: FeatureSet) -> None:
     """Training needs every class in train and (for per-class accuracy) in test."""
     k = fs.num_classes
@@ -359,12 +386,13 @@ class FeatureWriter:
         return (isinstance(g, h5py.Group) and "rows_written" in g.attrs and "complete" in g.attrs
                 and all(isinstance(g.get(k), h5py.Dataset) for k in self.SPLIT_DATASETS))
 
-    def begin(self, split: str, n: int) -> int:
-        """Create the split's datasets for ``n`` rows (if new); return the row to resume from."""
+    def begin(self, split: str, n: int, sources: Any = None) -> int:
+        """Create the split's datasets for ``n`` rows (if new), with ``sources`` (n strings: each row's source,
+        known before any row is encoded) as its ``source`` dataset; return the row to resume from."""
         if split in self.f and not self._begun(split):
             del self.f[split]
         if split not in self.f:
-            self._create_split(split, n)
+            self._create_split(split, n, sources)
             return 0
         have = self.f[split]["features"].shape
         if have[0] != n or have[1] != self.dim:
@@ -373,13 +401,18 @@ class FeatureWriter:
         self._recover(split)
         return self.rows_written(split)
 
-    def _create_split(self, split: str, n: int) -> None:
-        """The split's group with its datasets for ``n`` rows and its resume point at row 0, flushed."""
+    def _create_split(self, split: str, n: int, sources: Any = None) -> None:
+        """The split's group with its datasets for ``n`` rows (and ``source``, written whole, when given) and its
+        resume point at row 0, flushed."""
         g = self.f.create_group(split)
         rows = min(self.chunk_rows, max(n, 1))
         for key, shape, dtype in (("features", (n, self.dim), self.dtype), ("labels", (n,), np.int64),
                                   ("index", (n,), np.int64)):
             self._create_dataset(g, key, shape, dtype, rows)
+        if sources is not None:
+            if len(sources) != n:
+                raise ValueError(f"split {split!r}: {len(sources)} sources for {n} rows")
+            g.create_dataset(SOURCE, data=np.asarray(sources, dtype=object), dtype=h5py.string_dtype())
         g.attrs["complete"] = False
         g.attrs["rows_written"] = 0
         self.f.flush()
@@ -517,7 +550,7 @@ def write_features(path: str | Path, attrs: dict[str, Any], splits: dict[str, Sp
     w = FeatureWriter(path, attrs, dim, dtype, overwrite=True)
     try:
         for s, sp in items.items():
-            w.begin(s, len(sp))
+            w.begin(s, len(sp), sp.source)
             w.write(s, 0, np.asarray(sp.features), np.asarray(sp.labels), np.asarray(sp.index))
             w.end(s)
         return w.finalize()

@@ -3,11 +3,13 @@
 Two sources are read:
 
 * an ``.npz`` file (``numpy.savez``) with ``{split}_features`` [N, D] and ``{split}_labels`` [N] for split ∈ train,
-  val, test (train and test required), optional ``{split}_index`` [N] and ``class_names`` (a string array);
+  val, test (train and test required), optional ``{split}_index`` [N], ``{split}_source`` [N] (strings: each row's
+  image path or id) and ``class_names`` (a string array);
 * a folder of per-split ``.npy`` / ``.pt`` / ``.pth`` files, e.g. CLIP_benchmark's linear-probe cache
   (``FEATURE_ROOT/MODEL_ID/features_{train,val,test}.pt`` and ``targets_{split}.pt``). Features are named
   ``features_{split}`` or ``{split}_features``, labels ``targets_{split}``, ``labels_{split}``, ``{split}_labels``
-  or ``{split}_targets``, the optional index ``index_{split}`` or ``{split}_index``; class names may lie beside them
+  or ``{split}_targets``, the optional index ``index_{split}`` or ``{split}_index`` and source ``source_{split}`` or
+  ``{split}_source`` (a ``.npy`` of strings); class names may lie beside them
   in ``class_names.json`` (a JSON list) or ``class_names.txt`` (one per line). ``.pt`` files are read with
   ``torch.load(weights_only=True)`` (no pickled code runs) and must hold one tensor; ``.npy`` without pickles.
 
@@ -17,7 +19,8 @@ names that look like another split ("trainval_features"), which are refused rath
 named "0", "1", ... up to the largest label. The arrays are checked as the reader checks a file, each problem one
 ``UserError`` line naming the source: train and test present, 2-D floating features with the same D in every split,
 no NaN/Inf, 1-D integer labels (one per row) in [0, K), index (if given) one integer per row. Features are stored as
-float16 when every split is float16, else as float32; the index defaults to 0..N-1. The file is written as
+float16 when every split is float16, else as float32; the index defaults to 0..N-1 and each row's source (the
+file's ``source`` dataset) to ``"DATASET:split:index"`` (``--dataset``). The file is written as
 ``OUT.partial`` and renamed when whole (the project's own writer, :func:`mr2probe.featurestore.write_features`), so
 a failed import leaves nothing at ``OUT``.
 """
@@ -38,7 +41,7 @@ from .featurestore import SPLITS, Split, base_attrs, partial_path, write_feature
 SPLIT_ALIASES = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
 FOLDER_EXTENSIONS = (".npy", ".pt", ".pth")
 CLASS_NAME_FILES = ("class_names.json", "class_names.txt")
-_NAMED = re.compile(r"^(?:(features|targets|labels|index)_(\w+)|(\w+)_(features|targets|labels|index))$")
+_NAMED = re.compile(r"^(?:(features|targets|labels|index|source)_(\w+)|(\w+)_(features|targets|labels|index|source))$")
 _CACHE = re.compile(r"^(?:features|targets)_(\w+?)_cache_\d+$")  # CLIP_benchmark's unfinished pieces
 
 
@@ -229,12 +232,24 @@ def _check(src: Path, found: Found, where: Callable[[str], str], layout: str) ->
         else:
             index = np.arange(len(y), dtype=np.int64)
         dims[s] = x.shape[1]
-        splits[s] = Split(x, y.astype(np.int64), index.astype(np.int64))
+        splits[s] = Split(x, y.astype(np.int64), index.astype(np.int64), _sources(src, parts, where, len(y)))
     if len(set(dims.values())) > 1:
         raise UserError(f"{src}: feature dimension differs between splits: "
                         + ", ".join(f"{s}={d}" for s, d in dims.items()) + "; export every split with the same "
                         "encoder")
     return splits
+
+
+def _sources(src: Path, parts: dict[str, tuple[str, Callable[[], np.ndarray]]], where: Callable[[str], str],
+             n: int) -> np.ndarray | None:
+    """The split's ``source`` array (one string per row), None when it has none."""
+    if "source" not in parts:
+        return None
+    a = np.asarray(parts["source"][1]())
+    if a.ndim != 1 or a.dtype.kind not in "US" or len(a) != n:
+        raise UserError(f"{src}: {where(parts['source'][0])} must be 1-D strings, one per row ({n}), got {a.dtype} "
+                        f"{a.shape}")
+    return np.char.decode(a, "utf-8", "replace") if a.dtype.kind == "S" else a
 
 
 def read_source(src: str | Path, class_names: list[str] | None = None) -> Imported:
@@ -293,6 +308,9 @@ def import_features(src: str | Path, out: str | Path, encoder: str = "imported",
     dtype = "float16" if all(sp.features.dtype == np.float16 for sp in data.splits.values()) else "float32"
     attrs = base_attrs(encoder, dataset, names)
     attrs["source"] = f"{src} (imported: {data.kind})"
+    for s, sp in data.splits.items():
+        if sp.source is None:
+            sp.source = np.char.add(f"{dataset}:{s}:", sp.index.astype(str))
     try:
         return write_features(out, attrs, data.splits, dtype=dtype)
     except OSError as e:

@@ -20,7 +20,8 @@ import torch
 
 from . import __version__
 from .distributed import barrier, rank_world
-from .featurestore import FeatureSet, check_classes_covered, content_sha256, file_sha256, read_features
+from .featurestore import (FeatureSet, check_classes_covered, content_sha256, file_sha256, read_features,
+                           row_sources)
 from .jsonfile import atomic_json
 from .metrics import null_name
 from .probes import REFERENCE_PROBES
@@ -270,7 +271,7 @@ def _write(run: Run, jobs: list[tuple[ExperimentConfig, list[tuple[int, int]], s
         if not (run.out / "heads.safetensors").exists():  # lost since (git keeps none): written again from the parts
             save_run_heads(run.out, cfg.train.probe, fs, heads_state)
         return kept
-    write_run(run.out, cfg.train.probe, fs, test_labels, preds, heads_state, results)
+    write_run(run.out, cfg.train.probe, fs, test_labels, preds, heads_state, results, row_sources(cfg.features, "test"))
     return results
 
 

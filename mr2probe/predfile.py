@@ -4,7 +4,10 @@ Layout (a plain ``.npz``, read with ``numpy.load``, no pickle):
 
 - ``test_labels``: [N], the true class of each test image;
 - ``runs``: [R] strings, "method/seed" of results.json's runs (an episode's runs have seeds of their own);
-- ``predictions``: [N, R], column r holding run r's predicted class of every test image.
+- ``predictions``: [N, R], column r holding run r's predicted class of every test image;
+- ``test_sources``: [N] strings, each test image's source as the feature file names it (an image path relative to
+  the dataset root, a WebDataset key, "dataset:split:index"; "test:index" for files without sources), when written
+  (:func:`load_prediction_sources`).
 
 Labels are kept in the smallest unsigned integer dtype that holds them (uint8 up to 256 classes) and compressed.
 An image's R predictions lie side by side, where the runs mostly agree, so deflate packs this layout about 6×
@@ -21,6 +24,7 @@ import numpy as np
 from .atomic import atomic_write
 
 LABELS = "test_labels"
+SOURCES = "test_sources"
 
 
 def compact_labels(a: np.ndarray) -> np.ndarray:
@@ -32,8 +36,9 @@ def compact_labels(a: np.ndarray) -> np.ndarray:
 
 
 def save_predictions(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write ``{"test_labels": [N], run label: [N], ...}`` in the layout above, atomically."""
-    runs = [k for k in arrays if k != LABELS]
+    """Write ``{"test_labels": [N], "test_sources": [N], run label: [N], ...}`` in the layout above,
+    atomically."""
+    runs = [k for k in arrays if k not in (LABELS, SOURCES)]
     columns = [np.asarray(arrays[k]).ravel() for k in runs]
     if len({len(c) for c in columns} | ({len(arrays[LABELS])} if LABELS in arrays else set())) > 1:
         raise ValueError(f"{path}: the runs' test predictions differ in length")
@@ -41,6 +46,8 @@ def save_predictions(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     out = {"runs": np.array(runs, dtype=str), "predictions": compact_labels(matrix)}
     if LABELS in arrays:
         out[LABELS] = compact_labels(arrays[LABELS])
+    if SOURCES in arrays:
+        out[SOURCES] = np.asarray(arrays[SOURCES], dtype=str)
     save_npz(path, out)
 
 
@@ -51,6 +58,12 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
             np.savez_compressed(f, **arrays)
 
     atomic_write(Path(path), write)
+
+
+def load_prediction_sources(path: Path) -> np.ndarray | None:
+    """The ``test_sources`` of a predictions file ([N] str), None for a file written without them."""
+    with np.load(path, allow_pickle=False) as z:
+        return z[SOURCES] if SOURCES in z.files else None
 
 
 def load_predictions(path: Path) -> dict[str, np.ndarray]:

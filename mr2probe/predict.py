@@ -17,11 +17,14 @@ import torch
 from .atomic import atomic_text
 from .errors import UserError
 from .experiment import HEADS_FORMAT, load_heads, predict_labels
-from .featurestore import read_features
+from .featurestore import read_features, row_sources
 from .heads import ProbeConfig, ProbeStack
 from .predfile import load_predictions, save_npz
 from .results import RunResults
 from .trainer import pick_device
+
+
+ROW_COLUMNS = ("index", "source", "label")  # the columns of predict's output that describe a row, not a head
 
 
 def load_run_heads(run_dir: str | Path) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
@@ -50,7 +53,8 @@ def load_run_heads(run_dir: str | Path) -> tuple[dict, dict[str, dict[str, torch
 def predict_run(run_dir: str | Path, features: str | Path, split: str = "test", device: str | None = None
                 ) -> pd.DataFrame:
     """Predicted class index of every selected head on ``split`` of ``features``: one row per sample (its
-    ``index`` in the source dataset, ``label`` when the file has one), one column per "method/seed"."""
+    ``index`` in the source dataset, its ``source`` — image path relative to the dataset root, WebDataset key or
+    "dataset:split:index"; "split:index" for files without it —, ``label``), one column per "method/seed"."""
     meta, heads = load_run_heads(run_dir)
     fs = read_features(features, load=True)
     if split not in fs.splits:
@@ -61,7 +65,8 @@ def predict_run(run_dir: str | Path, features: str | Path, split: str = "test", 
     if json.loads(meta["class_names"]) != fs.class_names:
         raise UserError(f"{features}: its class names differ from those the run was trained on")
     sp = fs.splits[split]
-    return pd.DataFrame({"index": sp.index, "label": sp.labels, **apply_heads(meta, heads, sp.features, device)})
+    return pd.DataFrame({"index": sp.index, "source": row_sources(features, split), "label": sp.labels,
+                         **apply_heads(meta, heads, sp.features, device)})
 
 
 def apply_heads(meta: dict, heads: dict[str, dict[str, torch.Tensor]], features: np.ndarray,
@@ -83,7 +88,7 @@ def methods_without_heads(run_dir: str | Path, df: pd.DataFrame) -> list[str]:
     if not path.is_file():
         return []
     methods = dict.fromkeys(r.method for r in RunResults.from_disk(path).runs)
-    have = {c.rsplit("/", 1)[0] for c in df.columns if c not in ("index", "label")}
+    have = {c.rsplit("/", 1)[0] for c in df.columns if c not in ROW_COLUMNS}
     return [m for m in methods if m not in have]
 
 
@@ -104,14 +109,15 @@ def agreement_with_run(run_dir: str | Path, df: pd.DataFrame) -> pd.Series | Non
 
 
 def write_predictions(df: pd.DataFrame, out: str | Path) -> Path:
-    """``.csv`` (one column per head) or ``.npz`` ("labels", "index" and one array per head, "/" in names
-    stored as "__"), atomically."""
+    """``.csv`` (one column per head) or ``.npz`` ("labels", "index", "source" and one array per head, "/" in
+    names stored as "__"), atomically."""
     out = Path(out)
     if out.suffix == ".csv":
         atomic_text(out, df.to_csv(index=False))
     elif out.suffix == ".npz":
         arrays = {"labels": df["label"].to_numpy(), "index": df["index"].to_numpy(),
-                  **{c.replace("/", "__"): df[c].to_numpy(np.int32) for c in df.columns if c not in ("index", "label")}}
+                  **({"source": df["source"].to_numpy(str)} if "source" in df else {}),
+                  **{c.replace("/", "__"): df[c].to_numpy(np.int32) for c in df.columns if c not in ROW_COLUMNS}}
         save_npz(out, arrays)
     else:
         raise UserError(f"--out {out}: use a .csv or .npz file")

@@ -25,7 +25,7 @@ from .errors import UserError
 from .featurestore import FeatureSet
 from .heads import ProbeConfig
 from .jsonfile import atomic_json
-from .predfile import LABELS, load_predictions, save_predictions
+from .predfile import LABELS, SOURCES, load_predictions, save_predictions
 from .results import LEGACY_TRAIN_NAMES, Budget, RunRecord, RunResults
 from .runconfig import ExperimentConfig
 from .settings import BUDGET_RULES
@@ -294,9 +294,12 @@ def make_out_folder(out: Path) -> None:
 
 
 def write_run(out: Path, probe: ProbeConfig, fs: FeatureSet, test_labels: np.ndarray,
-              preds: dict[str, np.ndarray], heads_state: dict[str, torch.Tensor], results: RunResults) -> None:
-    """Write the run folder: predictions.npz (the test labels and every run's predictions), heads.safetensors
-    (every selected head, with what ``mr2probe predict`` needs to rebuild it) and, last, results.json."""
-    save_predictions(out / "predictions.npz", {LABELS: test_labels, **preds})
+              preds: dict[str, np.ndarray], heads_state: dict[str, torch.Tensor], results: RunResults,
+              test_sources: np.ndarray | None = None) -> None:
+    """Write the run folder: predictions.npz (the test labels, the test rows' sources and every run's
+    predictions), heads.safetensors (every selected head, with what ``mr2probe predict`` needs to rebuild it) and,
+    last, results.json."""
+    sources = {} if test_sources is None else {SOURCES: test_sources}
+    save_predictions(out / "predictions.npz", {LABELS: test_labels, **sources, **preds})
     save_run_heads(out, probe, fs, heads_state)
     results.write(out / "results.json")

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import BUNDLED, run_cli, write_by_hand
 from mr2probe.predfile import load_predictions
+from mr2probe.predict import ROW_COLUMNS
 
 
 @pytest.mark.slow
@@ -25,7 +26,8 @@ def test_predict_reproduces_the_runs_test_predictions(tmp_path: Path) -> None:
     r = run_cli("predict", str(out), "--features", str(BUNDLED), "--split", "test", "--out", str(csv))
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(csv)
-    heads = [c for c in df.columns if c not in ("index", "label")]
+    heads = [c for c in df.columns if c not in ROW_COLUMNS]
+    assert df["source"].tolist() == [f"test:{i}" for i in df["index"]]  # the bundled file predates sources
     assert sorted(heads) == sorted(k for k in saved if k != "test_labels")  # ce, mr2, focal × 2 seeds + 2 null
     for key in heads:
         np.testing.assert_array_equal(df[key].to_numpy(), saved[key])
