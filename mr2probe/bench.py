@@ -39,8 +39,9 @@ relative paths are relative to the current directory)::
     [roots]                                          # optional: dataset → its folder (wins over --data-root)
     cifar100 = "/data/cifar100"
 
-    [extract]                                        # optional, overrides every recipe: per_class, batch_size,
-    per_class = 5                                    #   workers, dtype, amp, runtime, device
+    [extract]                                        # optional, overrides every recipe: every setting of
+    per_class = 5                                    #   `mr2probe.settings.EXTRACT` but the readout (pool,
+                                                     #   blocks: the recipe's) under its `extract` flag's name
 
     [train]                                          # optional: every setting of `mr2probe.settings.TRAIN`
     epochs = 30                                      #   under the name of its `mr2probe train` flag (--min-steps
@@ -81,6 +82,7 @@ from .atomic import atomic_text
 from .distributed import rank_world
 from .errors import UserError
 from .recipes import read_toml
+from .settings import EXTRACT, READOUT, check_table
 
 if TYPE_CHECKING:
     from .experiment import ExperimentConfig
@@ -88,8 +90,7 @@ if TYPE_CHECKING:
 
 TOP_KEYS = {"description", "datasets", "encoders", "methods", "heads", "seeds", "adapter", "roots", "extract",
             "train", "profiles", "runs", "compare"}
-EXTRACT_KEYS = {"per_class": int, "batch_size": int, "workers": int, "dtype": str, "amp": str, "runtime": str,
-                "device": str, "preprocess": str}
+EXTRACT_KEYS = {n: s for n, s in EXTRACT.items() if n not in READOUT}  # [extract]: the readout is the recipe's
 RUN_KEYS = {"name": str, "features": str, "dataset": str, "encoder": str, "head": str, "profile": str,
             "methods": object, "seeds": object, "adapter": str, "train": dict}
 COMPARE_KEYS = {"name": str, "runs": list}
@@ -231,8 +232,6 @@ def _table(where: str, data: Any, schema: dict[str, Any]) -> dict[str, Any]:
 
 def _train_table(where: str, data: Any) -> dict[str, Any]:
     """[train]: the settings of :data:`~mr2probe.settings.TRAIN` by their names, plus ``set``."""
-    from .settings import check_table
-
     if not isinstance(data, dict):
         raise UserError(f"{where} must be a table")
     train = check_table(data, where, extra={"set": dict})
@@ -412,9 +411,8 @@ def load_suite(path: str | Path) -> Suite:
     run_datasets = [r.dataset for r in runs if r.dataset]
     roots = _table(f"{where} [roots]", data.get("roots", {}), {d: str for d in [*datasets, *run_datasets]})
     suite = Suite(path, datasets, encoders, methods, heads, seeds, adapter, {d: Path(r) for d, r in roots.items()},
-                  _table(f"{where} [extract]", data.get("extract", {}), EXTRACT_KEYS), train, skipped,
+                  _extract_table(f"{where} [extract]", data.get("extract", {})), train, skipped,
                   _names(f"{where}: profiles", data.get("profiles", ["full"])), runs, compares)
-    _check_extract(suite)  # [train] values (groups_on among them) were checked against their settings above
     entries = suite.entries()
     seen: set[str] = set()
     for entry in entries:  # every setting checked now, not after hours of extraction
@@ -442,17 +440,12 @@ def load_suite(path: str | Path) -> Suite:
     return suite
 
 
-def _check_extract(suite: Suite) -> None:
-    """The [extract] values that ``extract`` would refuse only when it reaches the cell."""
-    from .extract import AMP_DTYPES
-
-    allowed = {"dtype": ("float16", "float32"), "amp": tuple(AMP_DTYPES), "runtime": ("auto", "torch", "onnx")}
-    for key, value in suite.extract.items():
-        if key in ("per_class", "batch_size") and value < 1:
-            raise UserError(f"suite {suite.path} [extract]: {key} must be ≥ 1, got {value}")
-        if key in allowed and value not in allowed[key]:
-            raise UserError(f"suite {suite.path} [extract]: {key} must be one of {', '.join(allowed[key])}, "
-                            f"got {value!r}")
+def _extract_table(where: str, data: Any) -> dict[str, Any]:
+    """[extract]: the settings of :data:`EXTRACT_KEYS` by their names, each checked as its setting declares (so a
+    value ``extract`` would refuse is refused when the suite is loaded, not when the cell is reached)."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where} must be a table")
+    return check_table(data, where, table=EXTRACT_KEYS)
 
 
 def entry_config(entry: RunEntry, features: Path, out: Path, progress: bool = True) -> ExperimentConfig:

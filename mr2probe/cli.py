@@ -15,7 +15,7 @@ import typer
 
 from .distributed import init_distributed, rank_world
 from .errors import UserError
-from .settings import REPORT, TABLE, Setting, parse_floats, split_report
+from .settings import EXTRACT, REPORT, TABLE, Setting, parse_floats, split_report
 
 # rich_markup_mode=None: help text is shown as written ("[float16]" is a default, not a markup tag)
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -47,11 +47,18 @@ def guarded(resume_hint: str = "") -> Callable:
     return deco
 
 
-def with_settings(settings: dict[str, Setting]) -> Callable:
+def with_settings(settings: dict[str, Setting], given_only: bool = False) -> Callable:
     """Give a command one option per setting (flag, default and help from the schema, :mod:`mr2probe.settings`)
-    and pass their values to it as ``settings`` ({name: value}, grids as tuples, ``--no-X`` flags as X)."""
+    and pass their values to it as ``settings`` ({name: value}, grids as tuples, ``--no-X`` flags as X), each
+    checked as its setting declares. ``given_only``: the options default to None and only the flags given are
+    passed (their defaults shown in the help), so a recipe's values stand where no flag is given."""
 
     def option(s: Setting) -> inspect.Parameter:
+        if given_only:
+            default, annotation = None, Optional[{"int": int, "float": float}.get(s.kind, str)]
+            text = s.help + ("" if s.default is None or s.help.endswith("]") else f" [{s.default}]")
+            return inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                     default=typer.Option(default, s.flag, help=text))
         if s.kind == "bool":
             default, annotation = False, bool  # --no-X for a default-on setting, --X for a default-off one
         elif s.kind == "floats":
@@ -74,7 +81,10 @@ def with_settings(settings: dict[str, Setting]) -> Callable:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            return fn(*args, settings={n: value(s, kwargs.pop(n)) for n, s in settings.items()}, **kwargs)
+            given = {n: kwargs.pop(n) for n in settings}
+            if given_only:
+                given = {n: v for n, v in given.items() if v is not None}
+            return fn(*args, settings={n: value(settings[n], v) for n, v in given.items()}, **kwargs)
 
         wrapper.__signature__ = inspect.Signature(own + [option(s) for s in settings.values()])
         return wrapper
@@ -84,6 +94,7 @@ def with_settings(settings: dict[str, Setting]) -> Callable:
 
 @app.command()
 @guarded("rerun the same command to resume: finished rows are kept in OUT.partial")
+@with_settings(EXTRACT, given_only=True)
 def extract(
     encoder: Optional[str] = typer.Option(None, "--encoder", "-e", help="Encoder name (see `mr2probe encoders`)."),
     dataset: Optional[str] = typer.Option(None, "--dataset", "-d", help="Dataset name (see `mr2probe datasets`)."),
@@ -95,35 +106,20 @@ def extract(
     download: bool = typer.Option(False, "--download", help="Let torchvision datasets download into --root."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="Encoder weights file (state dict, loaded "
                                            "with weights_only=True); its sha256 goes into the file."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Images per forward pass [64]."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="DataLoader worker processes [-1 = cpus-1, ≤8]."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Stored feature dtype: float16 or float32 [float16]."),
-    amp: Optional[str] = typer.Option(None, "--amp", help="Autocast on CUDA: bf16, fp16 or off [bf16]."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="CPU runtime for torch encoders: auto, torch or "
-                                          "onnx [auto = onnxruntime when installed]."),
-    per_class: Optional[int] = typer.Option(None, "--per-class", help="Stratified subset: at most N samples per "
-                                            "class in each split (seeded)."),
-    preprocess: Optional[str] = typer.Option(None, "--preprocess", help="Where images are resized: device (on "
-                                             "the encoder's device; JPEGs decoded there on CUDA) or workers (PIL)."),
-    pool: Optional[str] = typer.Option(None, "--pool", help="ViT token readout: cls, avg (patch mean) or cls+avg, "
-                                       "after the final norm [the encoder's own pooled output]."),
-    blocks: Optional[int] = typer.Option(None, "--blocks", help="ViT readout of the last N blocks, concatenated "
-                                         "(DINOv2's linear eval) [1]."),
     splits: Optional[str] = typer.Option(None, "--splits", help="Comma-separated splits [train,val,test: those "
                                          "the dataset has]."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over instead of resuming / keeping."),
-    device: Optional[str] = typer.Option(None, "--device", help="torch device [cuda if available, else cpu]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    settings: dict = None,  # the options of mr2probe.settings.EXTRACT (--batch-size, --dtype, --pool, ...)
 ) -> None:
     """Run a frozen encoder over a dataset and cache features + labels + provenance in HDF5 (resumable;
     under `torchrun --nproc_per_node=N -m mr2probe extract ...` each split is sharded over N processes)."""
     from .extract import ExtractConfig, default_out, extract as run_extract
     from .recipes import load_recipe
 
-    settings = load_recipe(recipe) if recipe else {}
-    given = dict(encoder=encoder, batch_size=batch_size, workers=workers, dtype=dtype, amp=amp, runtime=runtime,
-                 per_class=per_class, device=device, preprocess=preprocess, pool=pool, blocks=blocks)
-    settings.update({k: v for k, v in given.items() if v is not None})
+    settings = {**(load_recipe(recipe) if recipe else {}), **settings}  # the flags given win over the recipe
+    if encoder is not None:
+        settings["encoder"] = encoder
     if not settings.get("encoder"):
         raise UserError("--encoder (or --recipe) is required; see `mr2probe encoders`")
     if not dataset:
@@ -315,12 +311,10 @@ def default_features() -> Path:
 
 @app.command()
 @guarded()
+@with_settings(REPORT)
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run folder(s) holding results.json; each folder is one "
                                           "(encoder, dataset, head) setting."),
-    groups_on: str = typer.Option(REPORT["groups_on"].default, "--groups-on", help=REPORT["groups_on"].help),
-    equivalence_margin: float = typer.Option(REPORT["equivalence_margin"].default, "--equivalence-margin",
-                                             help=REPORT["equivalence_margin"].help),
     no_null: bool = typer.Option(False, "--no-null", help="Leave the null control's rows out of the tables."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Where the Δ summary across runs (ΔHard, ΔEasy, "
                                            "ΔAll of each method vs the reference, per run and averaged) goes: "
@@ -338,13 +332,14 @@ def report(
                                                  "shifted-STEM.md/.csv (All/Hard/Worst, the run's hard set)."),
     class_map: Optional[Path] = typer.Option(None, "--class-map", help="With --test-features: CSV (header, then "
                                              "their class,our class per row); default: classes matched by name."),
+    settings: dict = None,  # the options of mr2probe.settings.REPORT (--groups-on, --equivalence-margin)
 ) -> None:
     """Rebuild the tables from results.json without training: table.md / table.csv / table.tex (mean ± std over
     seeds, best per column in bold) and summary.json in every run folder, plus per_class.png, groups.png,
     variability.png and tradeoff.png; with several run folders also a Δ summary across them."""
     from .report import run_report
 
-    margin = REPORT["equivalence_margin"].check(equivalence_margin, REPORT["equivalence_margin"].flag)
+    groups_on, margin = settings["groups_on"], settings["equivalence_margin"]
     _check_shifted(test_features, class_map)
     for d in run_dirs if test_features is not None else []:
         typer.echo(_shifted_text(d, test_features, class_map, groups_on))

@@ -38,7 +38,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -58,13 +58,9 @@ from .distributed import init_distributed, local_device, rank_world
 from .errors import UserError
 from .featurestore import SPLITS, FeatureWriter, base_attrs, partial_path, read_features
 from .progress import progress_bar
+from .settings import EXTRACT, PREPROCESS, check_all
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
-PREPROCESS = {"device": "workers read (and decode) the images; resize, crop and normalisation run batched on uint8 "
-                        "tensors, on the encoder's CUDA device (JPEG decoding too) or, for a CPU encoder, in the "
-                        "workers",
-              "workers": "the DataLoader workers decode and run the encoder's PIL transform (the older pipeline)"}
-"""Where images are preprocessed during extraction (``preprocess``); the default is the first."""
 
 
 @dataclass
@@ -77,20 +73,21 @@ class ExtractConfig:
     root: Path | None = None
     download: bool = False
     weights: Path | None = None
-    batch_size: int = 64
-    workers: int = -1  # -1: min(8, cpus - 1)
-    dtype: str = "float16"
-    amp: str = "bf16"  # autocast dtype on CUDA; ignored on CPU
-    runtime: str = "auto"  # CPU only: "onnx" runs torch encoders through onnxruntime, "auto" = onnx if installed
-    per_class: int | None = None  # stratified subset: at most this many samples per class and split
+    # the defaults of the extraction settings are theirs (mr2probe.settings.EXTRACT, declared once)
+    batch_size: int = EXTRACT["batch_size"].default
+    workers: int = EXTRACT["workers"].default  # -1: min(8, cpus - 1)
+    dtype: str = EXTRACT["dtype"].default
+    amp: str = EXTRACT["amp"].default  # autocast dtype on CUDA; ignored on CPU
+    runtime: str = EXTRACT["runtime"].default  # CPU only: "onnx" runs torch encoders through onnxruntime
+    per_class: int | None = EXTRACT["per_class"].default  # stratified subset: at most this many per class and split
     splits: tuple[str, ...] = SPLITS
     overwrite: bool = False
-    device: str | None = None
+    device: str | None = EXTRACT["device"].default
     progress: bool = True
     checksum: bool = True  # fletcher32 on every dataset: damaged chunks are detected on read
-    preprocess: str = "device"  # see PREPROCESS
-    pool: str | None = None  # ViT token readout (encoders.readout): cls, avg or cls+avg; None: the encoder's own
-    blocks: int | None = None  # the readout over the last N blocks (None: 1)
+    preprocess: str = EXTRACT["preprocess"].default  # see PREPROCESS
+    pool: str | None = EXTRACT["pool"].default  # ViT token readout (encoders.readout); None: the encoder's own
+    blocks: int | None = EXTRACT["blocks"].default  # the readout over the last N blocks (None: 1)
     say: Callable[[str], None] | None = None  # rank 0's one-line notes (resumed, kept, wrote); None: silent
 
 
@@ -601,19 +598,9 @@ def _say_resumed(say: Callable[[str], None], split: str, start: int, rows: int, 
 
 
 def _check_config(cfg: ExtractConfig) -> None:
-    """One-line UserErrors for settings out of range, before anything is built or opened."""
-    if cfg.dtype not in ("float16", "float32"):
-        raise UserError(f"--dtype must be float16 or float32, got {cfg.dtype!r}")
-    if cfg.amp not in AMP_DTYPES:
-        raise UserError(f"--amp must be one of {', '.join(AMP_DTYPES)}, got {cfg.amp!r}")
-    if cfg.batch_size < 1:
-        raise UserError(f"--batch-size must be ≥ 1, got {cfg.batch_size}")
-    if cfg.per_class is not None and cfg.per_class < 1:
-        raise UserError(f"--per-class must be ≥ 1, got {cfg.per_class}")
-    if cfg.runtime not in ("auto", "torch", "onnx"):
-        raise UserError(f"--runtime must be auto, torch or onnx, got {cfg.runtime!r}")
-    if cfg.preprocess not in PREPROCESS:
-        raise UserError(f"--preprocess must be one of {', '.join(PREPROCESS)}, got {cfg.preprocess!r}")
+    """One-line UserErrors for settings out of range (what :data:`~mr2probe.settings.EXTRACT` declares), before
+    anything is built or opened."""
+    check_all(EXTRACT, {f.name: getattr(cfg, f.name) for f in fields(cfg)})
     check_readout(cfg.pool, cfg.blocks)
 
 

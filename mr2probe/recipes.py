@@ -1,9 +1,9 @@
 """Extraction recipes: one small TOML file per encoder (``extract/*.toml``), not code; and the run configuration
 file of ``mr2probe train --config`` (a suite's ``[train]`` table on its own, :func:`load_train_config`).
 
-Recipe keys: ``encoder`` (required), ``batch_size``, ``workers``, ``dtype``, ``amp``, ``runtime``, ``per_class``,
-``device``, ``preprocess``, ``pool``, ``blocks`` (a ViT token readout), and ``description`` (free text, ignored).
-Unknown keys are refused so a typo never goes unnoticed.
+Recipe keys: ``encoder`` (required), every extraction setting (:data:`~mr2probe.settings.EXTRACT`: ``batch_size``,
+``workers``, ``dtype``, ``amp``, ``runtime``, ``per_class``, ``device``, ``preprocess``, ``pool``, ``blocks``),
+and ``description`` (free text, ignored). Unknown keys are refused so a typo never goes unnoticed.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .settings import EXTRACT, check_table
 
-SETTINGS = {"encoder": str, "batch_size": int, "workers": int, "dtype": str, "amp": str, "runtime": str,
-            "per_class": int, "device": str, "preprocess": str, "pool": str, "blocks": int}
+SETTINGS = ("encoder", *EXTRACT)  # what a recipe sets: the encoder and the extraction settings
 INFO_KEYS = {"description"}
 
 
@@ -41,18 +41,16 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
                         f"{', '.join(sorted(set(SETTINGS) | INFO_KEYS))}")
     if "encoder" not in data:
         raise UserError(f"recipe {path} has no 'encoder' key")
-    for key, typ in SETTINGS.items():
-        if key in data and not isinstance(data[key], typ):
-            raise UserError(f"recipe {path}: {key} must be a {typ.__name__}, got {data[key]!r}")
-    return {k: v for k, v in data.items() if k in SETTINGS}
+    if not isinstance(data["encoder"], str):
+        raise UserError(f"recipe {path}: encoder must be a str, got {data['encoder']!r}")
+    settings = {k: v for k, v in data.items() if k in EXTRACT}
+    return {"encoder": data["encoder"], **check_table(settings, f"recipe {path}", table=EXTRACT)}
 
 
 def load_train_config(path: str | Path) -> dict[str, Any]:
     """A run's configuration file for ``mr2probe train --config``: a ``[train]`` table with the keys of a suite's
     ``[train]`` (every setting of :data:`~mr2probe.settings.TRAIN` by its name, plus ``set = {method = {param =
     value}}``), checked like one; returns the values converted (grids as tuples)."""
-    from .settings import check_table
-
     path = Path(path)
     data = read_toml(path, "config file", "`mr2probe train --print-config`")
     other = sorted(set(data) - {"train"})

@@ -12,6 +12,10 @@ The report's settings (how the tables are read: ``groups_on``, ``equivalence_mar
 of ``train`` and ``report`` and keys of a suite's ``[train]`` table like the training settings, but no part of a
 run's config.
 
+The extraction settings (``batch_size``, ``dtype``, ``pool``, …) are :data:`EXTRACT`: the flags of ``extract``
+(``cli.py``), the keys of a recipe (``recipes.py``) and of a suite's ``[extract]`` table (``bench.py``; the readout
+only in a recipe) and the fields of ``extract.ExtractConfig``, each checked by :meth:`Setting.check`.
+
 Kinds: ``int``, ``float``, ``bool``, ``str``, ``floats`` (a grid: one number or several; on the CLI comma-separated,
 in a suite a number or a list), ``size`` (bytes, ``"512MB"``, ``"8GiB"``, ``"auto"``), ``device`` (a torch device
 or None = cuda if available).
@@ -237,14 +241,44 @@ REPORT: dict[str, Setting] = {s.name: s for s in [
 settings; how the tables are read, not part of a run's config (:func:`split_report`)."""
 TABLE = {**TRAIN, **REPORT}  # the settings a suite's [train] table, --config and the train flags hold
 
+PREPROCESS = {"device": "workers read (and decode) the images; resize, crop and normalisation run batched on uint8 "
+                        "tensors, on the encoder's CUDA device (JPEG decoding too) or, for a CPU encoder, in the "
+                        "workers",
+              "workers": "the DataLoader workers decode and run the encoder's PIL transform (the older pipeline)"}
+"""Where images are preprocessed during extraction (``preprocess``); the default is the first."""
+READOUT = ("pool", "blocks")  # the extraction settings that choose the encoder's output: a recipe's, not a suite's
 
-def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A suite's ``[train]`` table: every key a :data:`TRAIN` or :data:`REPORT` setting (or one of ``extra``: name
-    → python type), every value of its kind; returns the values converted (grids as tuples)."""
-    extra = extra or {}
-    unknown = sorted(set(values) - set(TABLE) - set(extra))
+EXTRACT: dict[str, Setting] = {s.name: s for s in [
+    Setting("batch_size", "int", 64, "Images per forward pass.", low=1),
+    Setting("workers", "int", -1, "DataLoader worker processes (-1 = cpus-1, at most 8).", low=-1),
+    Setting("dtype", "str", "float16", "Stored feature dtype.", choices=("float16", "float32")),
+    Setting("amp", "str", "bf16", "Autocast on CUDA (ignored on a CPU).", choices=("bf16", "fp16", "off")),
+    Setting("runtime", "str", "auto", "CPU runtime for torch encoders: auto (onnxruntime when installed), torch or "
+            "onnx.", choices=("auto", "torch", "onnx")),
+    Setting("per_class", "int", None, "Stratified subset: at most N samples per class in each split (seeded).",
+            low=1),
+    Setting("device", "device", None, "torch device [cuda if available, else cpu]."),
+    Setting("preprocess", "str", "device", "Where images are resized: device (on the encoder's device; JPEGs "
+            "decoded there on CUDA) or workers (PIL).", choices=tuple(PREPROCESS)),
+    Setting("pool", "str", None, "ViT token readout: cls, avg (patch mean) or cls+avg, after the final norm [the "
+            "encoder's own pooled output].", choices=("cls", "avg", "cls+avg")),
+    Setting("blocks", "int", None, "ViT readout of the last N blocks, concatenated (DINOv2's linear eval) [1].",
+            low=1),
+]}
+"""The extraction settings: flags of ``extract``, keys of a recipe (``extract/*.toml``, with ``encoder``) and of a
+suite's ``[extract]`` table (all but :data:`READOUT`, which names the feature file's readout and so belongs to
+the recipe), fields of ``extract.ExtractConfig``; the same name everywhere."""
+
+
+def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None = None,
+                table: dict[str, Setting] | None = None) -> dict[str, Any]:
+    """A suite's ``[train]`` table (or another ``table`` of settings: a suite's ``[extract]``, a recipe): every key
+    a setting of :data:`TABLE` (or one of ``extra``: name → python type), every value of its kind and within what
+    the setting declares (:meth:`Setting.parse`); returns the values converted (grids as tuples)."""
+    extra, table = extra or {}, TABLE if table is None else table
+    unknown = sorted(set(values) - set(table) - set(extra))
     if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted([*TABLE, *extra]))}")
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted([*table, *extra]))}")
     out = {}
     for key, value in values.items():
         if key in extra:
@@ -252,7 +286,7 @@ def check_table(values: dict[str, Any], where: str, extra: dict[str, Any] | None
                 raise UserError(f"{where}: {key} has the wrong type ({value!r})")
             out[key] = value
         else:
-            out[key] = TABLE[key].parse(value, where)
+            out[key] = table[key].parse(value, where)
     return out
 
 

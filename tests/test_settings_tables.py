@@ -25,7 +25,7 @@ TRAIN_OWN = {"features", "out", "methods", "head", "adapter", "seeds", "set_", "
 REPORT_OWN = {"run_dirs", "no_null", "summary", "html", "no_plots", "wide", "test_features", "class_map"}
 ESTIMATOR_OWN = {"method", "head", "adapter", "seed", "method_params"}  # and a method's own hyperparameters
 PROBE_SETTINGS = {"width", "learn_scale"}  # ProbeConfig's (scale: its first grid value)
-EXPERIMENT_SETTINGS = {"select", "val_fraction", "reference", "null", "max_memory", "episodes", "profile_seed"}
+EXPERIMENT_SETTINGS = {f.name for f in dataclasses.fields(ExperimentConfig)} & set(TRAIN) | {"episodes", "profile_seed"}
 
 
 def params(command: str) -> dict[str, object]:
