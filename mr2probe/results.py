@@ -69,6 +69,7 @@ class RunRecord:
     checkpoint_step: int | None = None
     checkpoint_val_scores: list[float] | None = None
     reference_probe: dict[str, Any] | None = None
+    refit: dict[str, Any] | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -76,7 +77,6 @@ class RunRecord:
         """The run's name in predictions.npz and heads.safetensors: ``method/seed``."""
         return f"{self.method}/{self.seed}"
 
-    refit: dict[str, Any] | None = None
     @property
     def margins(self) -> list[float] | None:
         """MR2's per-class margins γ_k, when the method records them."""

@@ -90,10 +90,10 @@ class TrainConfig:
         return self.search != "full"
 
     def check(self) -> None:
-        self.probe.check()
         """Every field that is a setting within what :data:`~mr2probe.settings.TRAIN` declares
         (:meth:`~mr2probe.settings.Setting.check`), the probe valid, and an L2 penalty only on a linear head; else
         one :class:`UserError`."""
+        self.probe.check()
         check_all(TRAIN, {f.name: getattr(self, f.name) for f in fields(self)})
         if any(self.l2) and self.probe.head != "linear":
             raise UserError("--l2 penalises linear-head weights; a cosine head normalises them (use --wd)")
