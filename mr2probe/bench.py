@@ -627,6 +627,15 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
         results.append(CellResult(dataset, encoder, head, "done", "", run_dir, summary, name))
     if rank_world()[0] != 0:
         return results
+    write_compares(suite, results, out, log)
+    path = write_summary(suite, results, out, plots=True)
+    log(f"wrote {path}")
+    return results
+
+
+def write_compares(suite: Suite, results: list[CellResult], out: Path, log: Callable[[str], None]) -> None:
+    """Every [[compare]] of ``suite`` whose runs are all done (:func:`write_compare`); the others skipped with a
+    line."""
     done = {r.run_dir.name: r for r in results if r.status == "done"}
     for c in suite.compares:
         missing = [r for r in c.runs if r not in done]
@@ -635,9 +644,6 @@ def run_suite(suite: Suite, data_root: Path | None = None, features_dir: Path = 
             continue
         for path in write_compare(out, c.name, [(r, done[r].summary) for r in c.runs]):
             log(f"wrote {path}")
-    path = write_summary(suite, results, out, plots=True)
-    log(f"wrote {path}")
-    return results
 
 
 def write_compare(out: Path, name: str, items: list[tuple[str, Summary]], plots: bool = True) -> list[Path]:
