@@ -4,9 +4,11 @@
 same :class:`~mr2probe.summary.Summary` the report renders, so a notebook and the committed tables cannot disagree::
 
     import mr2probe
-    df = mr2probe.load_results(["results/offline/mnist-dinov2-s14-linear", "results/offline/mnist-dinov2-s14-cosine"])
+    runs = ["results/mnist-dinov2s14-500-settings/linear-longtail100",
+            "results/mnist-dinov2s14-500-settings/cosine-longtail100"]
+    df = mr2probe.load_results(runs)
     hard = df[df.group == "hard"].groupby(["head", "method"]).test_acc.mean().unstack("head")
-    s = mr2probe.summarize(["results/offline/mnist-dinov2-s14-linear"])
+    s = mr2probe.summarize(runs)
     s.pivot(index="method", columns="head", values="ΔHard").plot.barh()
 """
 from __future__ import annotations

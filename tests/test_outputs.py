@@ -26,7 +26,7 @@ from mr2probe.report import (COMPACT, RUN_FILES, load_predictions, load_results,
                              table_columns, terminal_table)
 from test_report import ACC, write_results
 
-REAL = ROOT / "results" / "offline" / "mnist-efficientnet-lite0-cosine"  # 18 methods × 3 seeds, with predictions
+REAL = ROOT / "results" / "offline" / "mnist-efficientnet-lite0-linear"  # 18 methods × 3 seeds, with predictions
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_plots_keep_their_text_inside_and_summary_png_says_what_it_shows(tmp_pat
 
     monkeypatch.setattr(plots, "_save", keep)
     runs = []
-    for name in ("mnist-efficientnet-lite0-linear", "mnist-efficientnet-lite0-cosine"):
+    for name in ("mnist-dinov2-s14-linear", "mnist-efficientnet-lite0-linear"):
         shutil.copytree(REAL.parent / name, tmp_path / name, ignore=shutil.ignore_patterns("*.png"))
         runs.append(tmp_path / name)
     run_report(runs, plots=True)
