@@ -251,8 +251,9 @@ READOUT = ("pool", "blocks")  # the extraction settings that choose the encoder'
 EXTRACT: dict[str, Setting] = {s.name: s for s in [
     Setting("batch_size", "int", 64, "Images per forward pass.", low=1),
     Setting("workers", "int", -1, "DataLoader worker processes (-1 = cpus-1, at most 8).", low=-1),
-    Setting("dtype", "str", "float16", "Stored feature dtype.", choices=("float16", "float32")),
-    Setting("amp", "str", "bf16", "Autocast on CUDA (ignored on a CPU).", choices=("bf16", "fp16", "off")),
+    Setting("dtype", "str", "float16", "Stored feature dtype: float16 or float32.", choices=("float16", "float32")),
+    Setting("amp", "str", "bf16", "Autocast on CUDA (ignored on a CPU): bf16, fp16 or off.",
+            choices=("bf16", "fp16", "off")),
     Setting("runtime", "str", "auto", "CPU runtime for torch encoders: auto (onnxruntime when installed), torch or "
             "onnx.", choices=("auto", "torch", "onnx")),
     Setting("per_class", "int", None, "Stratified subset: at most N samples per class in each split (seeded).",

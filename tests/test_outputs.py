@@ -44,7 +44,7 @@ def test_compact_terminal_table_fits_100_columns_and_wide_has_every_column(real_
     assert len(s.methods) == 18 and all(any(line.split()[:1] == [m] for line in lines) for m in s.methods)
     legend = lines[-3:]
     assert legend[0].startswith("% of test") and "verdicts:" in legend[1] and "protocol" in legend[2]
-    assert "ldam" in text and re.search(r"ldam\s+86\.23\s+70\.61\s+61\.58\s+-13\.76 \[", text)  # means, ΔHard [CI]
+    assert "ldam" in text and re.search(r"ldam\s+97\.61\s+96\.37\s+95\.40\s+\+0\.27 \[", text)  # means, ΔHard [CI]
     wide = terminal_table(s, wide=True)
     head = next(line for line in wide.splitlines() if line.lstrip().startswith("method"))
     assert all(c.split()[0] in head for c in table_columns(s)) and "± " in wide
@@ -173,7 +173,7 @@ def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
 
 def test_help_shows_brackets_as_written() -> None:
     r = CliRunner().invoke(app, ["extract", "--help"], terminal_width=200)
-    assert "float16 or float32 [float16]" in " ".join(r.output.split())
+    assert "float16 or float32. [float16]" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["bench", "--help"], terminal_width=200)
     assert "[[runs]]" in r.output and "\\[" not in r.output
 
@@ -184,7 +184,7 @@ def test_cli_reference_escapes_brackets_once(tmp_path: Path) -> None:
                    capture_output=True, timeout=120)
     page = (tmp_path / "reference" / "cli.md").read_text()
     assert "every \\[\\[runs\\]\\] entry" in page and "\\\\[" not in page
-    assert "float16 or float32 \\[float16\\]." in page
+    assert "float16 or float32. \\[float16\\]" in page
 
 
 def test_print_config_round_trips_and_flags_win(tmp_path: Path) -> None:
@@ -224,7 +224,7 @@ def test_retraining_clears_old_plots_and_says_who_is_the_reference(tmp_path: Pat
                 "--out", str(tmp_path / "p.csv"))
     assert r.returncode == 0, r.stderr
     assert "not predicted: logreg" in r.stderr and list(pd.read_csv(tmp_path / "p.csv").columns) == [
-        "index", "label", "mr2/0"]
+        "index", "source", "label", "mr2/0"]
 
 
 def test_import_refuses_a_class_without_train_rows(tmp_path: Path) -> None:
