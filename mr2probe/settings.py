@@ -32,7 +32,9 @@ KINDS = ("int", "float", "bool", "str", "floats", "size", "device")
 NO_ESTIMATOR = object()  # a setting the estimators do not take
 GROUPS_ON = {"val": "the reference's val accuracy, leave one replicate out: each replicate pair (method, reference) "
                     "is scored on all of test with groups ranked on the mean val accuracy of the reference's other "
-                    "replicates (other episodes when there are several), so no replicate ranks its own groups",
+                    "replicates (other episodes when there are several; the other seeds of its own episode where "
+                    "the episodes' class counts differ, as a long-tailed profile's class order does), so no "
+                    "replicate ranks its own groups",
              "val-pooled": "the reference's val accuracy (mean over all its replicates), scored on all of test: "
                            "the reference's own val noise chooses its hard classes (biased against it by "
                            "regression to the mean)",

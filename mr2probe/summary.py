@@ -240,12 +240,36 @@ def _replicate_clusters(runs: list[RunRecord]) -> np.ndarray:
     return episodes if len(np.unique(episodes)) > 1 else np.arange(len(runs))
 
 
+def episode_specific_classes(results: RunResults) -> bool:
+    """Whether the episodes' training sets differ in their class counts (a long-tailed profile draws which classes
+    are rare per episode): then which classes are hard changes with the episode."""
+    counts = {tuple(e.get("train_class_counts") or ()) for e in results.episodes or []}
+    return len(counts) > 1
+
+
+def _ranking_pools(ref_runs: list[RunRecord], per_episode: bool) -> list[np.ndarray] | None:
+    """For replicate pair i, the reference replicates its groups are ranked on (leave one out): those outside its
+    cluster (:func:`_replicate_clusters`; other episodes where there are several); where the class counts are
+    episode-specific (``per_episode``), the other seeds of its own episode (its own replicate where the episode
+    has one seed: then the ranking carries that replicate's val noise, as ``val-pooled`` does). None: one cluster
+    and no episode-specific classes, nothing to leave out."""
+    index = np.arange(len(ref_runs))
+    if per_episode:
+        episodes = np.array([r.episode for r in ref_runs])
+        same = [(episodes == e) & (index != i) for i, e in enumerate(episodes)]
+        return [pool if pool.any() else index == i for i, pool in enumerate(same)]
+    clusters = _replicate_clusters(ref_runs)
+    if len(np.unique(clusters)) < 2:
+        return None
+    return [clusters != c for c in clusters]
+
+
 def _folds(results: RunResults, ref_runs: list[RunRecord], y: np.ndarray | None,
            predictions: dict[str, np.ndarray] | None, reference: str, group_on: str
            ) -> tuple[list[Fold], np.ndarray, list[list[Fold]]]:
     """The scored test rows and their groups as shown (pooled over the reference's replicates), the ranking
     accuracy shown, and the folds that score each replicate pair: under ``val`` the groups of pair i are ranked on
-    the reference's replicates outside pair i's cluster (:func:`_replicate_clusters`); otherwise the shown ones."""
+    the reference's replicates of :func:`_ranking_pools` (leave one out); otherwise the shown ones."""
     k = len(results.class_names)
     n_test = int(np.sum(results.test_class_counts))
     everything = np.arange(n_test)
@@ -257,10 +281,12 @@ def _folds(results: RunResults, ref_runs: list[RunRecord], y: np.ndarray | None,
         rank = np.nanmean(accs, axis=0)
         tie = tiebreak_score(results)
         shown = [Fold(everything, class_groups(rank, tie))]
-        clusters = _replicate_clusters(ref_runs)
-        if group_on != "val" or len(np.unique(clusters)) < 2:
+        if group_on != "val":
             return shown, rank, [shown] * len(ref_runs)
-        loo = [[Fold(everything, class_groups(np.nanmean(accs[clusters != c], axis=0), tie))] for c in clusters]
+        pools = _ranking_pools(ref_runs, episode_specific_classes(results))
+        if pools is None:
+            return shown, rank, [shown] * len(ref_runs)
+        loo = [[Fold(everything, class_groups(np.nanmean(accs[pool], axis=0), tie))] for pool in pools]
         return shown, rank, loo
     if y is None or any(f"{reference}/{r.seed}" not in predictions for r in ref_runs):
         raise UserError("--groups-on crossfit needs predictions.npz with the reference's test predictions")

@@ -231,3 +231,26 @@ def test_identical_methods_underpowered_tables_notes_and_the_mr2_check() -> None
         r["val_per_class_acc"] = [1.0] * k  # every class at 1.0 on val: the hard group is a tie
     tied = summarize(results, preds)
     assert any("decided by ties" in n and "class order decides" in n for n in tied.notes)
+
+
+def test_groups_are_ranked_within_the_episode_where_each_episode_has_its_own_rare_classes() -> None:
+    """A long-tailed profile draws which classes are rare per episode: a replicate's hard classes are ranked on the
+    other seeds of its own episode (ranked on the other episodes, the hard set would be another episode's rare
+    classes, and Hard would read above All)."""
+    k, rare = 6, {0: [0, 1], 1: [4, 5]}
+    runs = []
+    for method, offset, shift in (("ce", 0, 0.0), ("better", 0, 0.05)):
+        for ep in (0, 1):
+            for s in (0, 1):
+                acc = np.full(k, 0.9) - 0.01 * np.arange(k) - 0.001 * s
+                acc[rare[ep]] = 0.3 + shift
+                runs.append({"method": method, "seed": s + offset, "episode": ep, "per_class_acc": acc.tolist(),
+                             "val_per_class_acc": acc.tolist()})
+    counts = {0: [5, 5, 50, 50, 50, 50], 1: [50, 50, 50, 50, 5, 5]}
+    results = {"class_names": [f"c{i}" for i in range(k)], "test_class_counts": [10] * k, "reference": "ce",
+               "runs": runs, "episodes": [{"episode": ep, "train_class_counts": counts[ep]} for ep in (0, 1)]}
+    s = summarize(results)
+    assert s.mean["ce"]["Hard"] == pytest.approx(30.0) and s.mean["ce"]["All"] < 70
+    assert s.mean["better"]["ΔHard"] == pytest.approx(5.0)
+    same = {**results, "episodes": [{"episode": ep, "train_class_counts": counts[0]} for ep in (0, 1)]}
+    assert summarize(same).mean["ce"]["Hard"] > 80  # one class order declared: ranked on the other episode
