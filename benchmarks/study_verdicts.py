@@ -75,6 +75,42 @@ def by_family(comp: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts).sort_values(["family", "ΔHard"])
 
 
+SPREAD_BANDS = ((1.05, "off (≈ uniform)"), (1.2, "weak"), (float("inf"), "on"))  # γ_max/γ_min: a reading aid
+
+
+def mr2_state(spread: float) -> str:
+    """MR2 "off" (γ_max/γ_min < 1.05), "weak" (< 1.2) or "on", from the margins' spread (:data:`SPREAD_BANDS`)."""
+    return next(label for edge, label in SPREAD_BANDS if spread < edge) if pd.notna(spread) else "—"
+
+
+def verdict_text(row: pd.Series) -> str:
+    """``equivalent within ±0.04 (0.75)``, ``underpowered (MDE 1.22) (0.66)``, ``worse (0.03)``: the study
+    verdict with its bound or MDE and q_s."""
+    v = row["ΔHard_verdict_study"]
+    extra = {"equivalent": f" within ±{row['ΔHard_equiv_bound']:.2f}",
+             "underpowered": f" (MDE {row['ΔHard_resolution']:.2f})"}.get(v, "")
+    return f"{v}{extra} ({row['ΔHard_q_study']:.2f})"
+
+
+def mr2_cells_markdown(comp: pd.DataFrame) -> list[str]:
+    """Every comparison of the primary families, sorted by the margins' spread: cell(s), ΔHard [CI], verdict,
+    γ_max/γ_min, premise r and MR2 off / weak / on."""
+    lines = []
+    for family, rows in comp[comp["family"].str.startswith("primary")].groupby("family", sort=True):
+        rows = rows.sort_values(["margin_spread", "cells"])
+        table = pd.DataFrame({
+            "cell": rows["cells"].str.replace(", ", "<br>"),
+            "ΔHard [95% CI]": [f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in
+                               zip(rows["ΔHard"], rows["ΔHard_ci_lo"], rows["ΔHard_ci_hi"])],
+            "verdict (q_s)": rows.apply(verdict_text, axis=1),
+            "γ_max/γ_min": rows["margin_spread"].map(lambda v: f"{v:.3f}"),
+            "premise r": rows["premise_r"].map(lambda v: f"{v:+.2f}"),
+            "MR2": rows["margin_spread"].map(mr2_state)})
+        lines += [f"**`{family.split(': ')[1].replace(' vs ', '` vs `')}`** ({len(rows)})", "",
+                  table.to_markdown(index=False, colalign=("left", "left", "left", "right", "right", "left")), ""]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path)
@@ -107,6 +143,9 @@ def main() -> None:
     primary = comp[comp["family"].str.startswith("primary")]
     lines += ["## The primary families, every comparison", "", primary[cols].to_markdown(index=False, floatfmt=".3g"),
               ""]
+    lines += ["## MR2 cell by cell", "", "Sorted by the margins' spread γ_max/γ_min; MR2 off below 1.05, weak below "
+              "1.2, on from 1.2 (a reading aid). Cells joined by `<br>` are the same runs in several folders.", ""]
+    lines += mr2_cells_markdown(comp)
     hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"]) & ~comp["family"].str.startswith("primary")]
     if len(hits):
         lines += ["## Secondary families: better or worse than the reference", "",
