@@ -332,10 +332,14 @@ def val_class_sizes(results: RunResults) -> np.ndarray:
 
 
 def group_notes(results: RunResults, rank: np.ndarray, group_on: str) -> list[str]:
-    """Warnings about the groups shown: a hard group decided by ties of the reference's ranking accuracy (and
-    whether the second key, :func:`tiebreak_score`, separated them), and classes with fewer than
-    :data:`SMALL_VAL_CLASS` val images."""
+    """Notes about the groups: ranked per episode (:func:`episode_specific_classes`); a hard group decided by
+    ties of the reference's ranking accuracy (and whether the second key, :func:`tiebreak_score`, separated them);
+    classes with fewer than :data:`SMALL_VAL_CLASS` val images."""
     notes, names = [], list(results.class_names)
+    if group_on == "val" and episode_specific_classes(results):
+        notes.append("Groups per episode: the episodes make different classes rare, so each replicate pair's "
+                     "hard classes are ranked on its own episode's other seeds (the groups shown pool every "
+                     "episode)")
     if group_on in ("val", "val-pooled", "test"):
         tied = boundary_tie(rank)
         if tied:

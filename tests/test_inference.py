@@ -254,3 +254,4 @@ def test_groups_are_ranked_within_the_episode_where_each_episode_has_its_own_rar
     assert s.mean["better"]["ΔHard"] == pytest.approx(5.0)
     same = {**results, "episodes": [{"episode": ep, "train_class_counts": counts[0]} for ep in (0, 1)]}
     assert summarize(same).mean["ce"]["Hard"] > 80  # one class order declared: ranked on the other episode
+    assert any(n.startswith("Groups per episode") for n in s.notes) and not summarize(same).notes
