@@ -6,6 +6,7 @@ evaluated together: with no adapter, one matrix product ``x @ W.view(H·K, D)ᵀ
 Heads (``HEADS``):   linear  h(z) = W z + b
                      cosine  h(z)_k = s · <w_k/‖w_k‖, z/‖z‖>   (s fixed or learnable)
 Adapters (``ADAPTERS``): none (identity), linear (A x + a), mlp (A₂ relu(A₁ x + a₁) + a₂).
+Entries are :class:`Head` / :class:`Adapter` subclasses, built by ``HEADS.create(name)`` / ``ADAPTERS.create(name)``.
 The representation MR2 regularises is what the classifier sees: z for linear heads, z/‖z‖ for cosine heads.
 Each head is initialised from its own seed (PyTorch's nn.Linear rule, U(±1/√fan_in)), so a head trained
 inside a stack starts exactly where it would start alone.
@@ -15,13 +16,13 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from .errors import UserError
-from .registry import Registry
+from .registry import Registry, Spec
 
 
 @dataclass
@@ -59,8 +60,13 @@ def _stacked(seeds: list[int], salt: int, shape: tuple[int, ...], fan_in: int) -
     return torch.stack([_uniform(shape, fan_in, torch.Generator(dev).manual_seed(s * 1000 + salt)) for s in seeds])
 
 
-class Adapter:
-    """Base: ``init(seeds, D, width) -> params``; ``forward(x [B, D], params) -> z [H or 1, B, d]``."""
+class Adapter(Spec):
+    """Base: ``init(seeds, D, width) -> params``; ``forward(x [B, D], params) -> z [H or 1, B, d]``.
+    ``ADAPTERS.create(name)`` builds one (``build(options)`` = ``cls()``: an adapter takes no options)."""
+
+    @classmethod
+    def build(cls, options: Any) -> "Adapter":
+        return cls()
 
     def out_dim(self, in_dim: int, width: int) -> int:
         return width
@@ -69,21 +75,26 @@ class Adapter:
         return {}
 
 
-class Head:
+class Head(Spec):
     """Base: ``init(seeds, K, d, cfg, scales)`` and ``logits(z [H|1, B, d], params) -> [H, B, K]``; ``scales`` [H]
     are the heads' cosine scales (a hyperparameter selected on val like lr; ignored by heads without one).
+    ``HEADS.create(name)`` builds one (``build(options)`` = ``cls()``).
 
     ``represent`` is the head's own transform of its input g(x) before the classifier (identity here; cosine:
     z = g(x)/‖g(x)‖); a head that overrides it declares ``has_own_transform = True`` (then g(x) and z differ)."""
 
     has_own_transform: ClassVar[bool] = False
 
+    @classmethod
+    def build(cls, options: Any) -> "Head":
+        return cls()
+
     def represent(self, z: torch.Tensor) -> torch.Tensor:
         return z
 
 
-ADAPTERS: Registry[type[Adapter]] = Registry("adapter")
-HEADS: Registry[type[Head]] = Registry("head")
+ADAPTERS: Registry[type[Adapter]] = Registry("adapter", base=Adapter)
+HEADS: Registry[type[Head]] = Registry("head", base=Head)
 
 
 @ADAPTERS.register("none", help="identity: the probe sees the frozen features")
@@ -170,7 +181,7 @@ class HeadSet:
               device: torch.device, dtype: torch.dtype) -> "HeadSet":
         """Heads of ``cfg.head`` on inputs of width ``dim``, each initialised from its seed by the CPU's generator (the
         same numbers whatever the training device), then moved to ``device`` and ``dtype``."""
-        head = HEADS.get(cfg.head)()
+        head: Head = HEADS.create(cfg.head)
         params = head.init(seeds, num_classes, dim, cfg, scales)
         return cls(head, {n: t.to(device=device, dtype=dtype).requires_grad_(not n.startswith("_"))
                           for n, t in params.items()})
@@ -198,7 +209,7 @@ class ProbeStack(torch.nn.Module):
         if len(scales) != len(seeds) or any(not s > 0 for s in scales):
             raise UserError(f"cosine scales must be > 0, one per head; got {scales}")
         self.cfg, self.num_heads, self.in_dim, self.num_classes = cfg, len(seeds), in_dim, num_classes
-        self.adapter, self.head = ADAPTERS.get(cfg.adapter)(), HEADS.get(cfg.head)()
+        self.adapter, self.head = ADAPTERS.create(cfg.adapter), HEADS.create(cfg.head)
         self.out_dim = self.adapter.out_dim(in_dim, cfg.width)
         token = _INIT_DEVICE.set(torch.device(device or "cpu"))  # heads initialised where they train
         try:

@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -62,8 +62,6 @@ DEFAULT_KS: tuple[int, ...] = (10, 20, 50, 100, 200)
 DEFAULT_TEMPERATURE = 0.07
 CHUNK_ELEMENTS = 1 << 24  # bound on the [rows, K] (logreg) and [queries, N] (knn) temporaries, in elements
 
-PROBES: Registry[Callable[..., ProbeResult]] = Registry("exact probe")
-
 
 @dataclass
 class ProbeResult:
@@ -77,6 +75,19 @@ class ProbeResult:
     val_score: float  # of the chosen grid point, in [0, 1]
     info: dict[str, Any] = field(default_factory=dict)  # JSON-able: select, device, wall_s, fit details
     model: Any = None  # the chosen :class:`LogRegModel` or :class:`KNNModel` (not JSON-able)
+
+
+@runtime_checkable
+class ExactProbe(Protocol):
+    """What ``PROBES`` holds: a function ``(x, y, val_x, val_y, test_x, num_classes, select, **options) ->
+    ProbeResult`` whose keyword-only parameters are its options (:func:`fit_reference_probe` checks them)."""
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
+                 test_x: torch.Tensor | None, num_classes: int, select: str = "acc", **options: Any
+                 ) -> ProbeResult: ...
+
+
+PROBES: Registry[ExactProbe] = Registry("exact probe", base=ExactProbe)
 
 
 def score(pred: np.ndarray, y: np.ndarray, num_classes: int, select: str = "acc") -> float:

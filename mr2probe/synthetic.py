@@ -29,6 +29,9 @@ Two spec families (``materialize(spec, features_dir)`` writes the file once and 
     unchanged (byte for byte); F = 1 is an identical copy (the control). Class names, encoder and dataset are
     the source's.
 
+The families are :class:`FeatureSpecFamily` entries of ``SPEC_FAMILIES``, built by name:
+``SPEC_FAMILIES.create("synthetic:K=4")`` = ``SyntheticFamily.build(Options(arg="K=4"))`` → :class:`Spec`.
+
 Each file records its provenance in the root attributes like other feature files: ``source`` (the spec, in
 canonical form), ``spec`` (its parameters as JSON), ``spec_identity`` (what the file name's hash covers) and, for
 ``spread:``, ``source_content_sha256`` (the source file's :func:`~mr2probe.featurestore.content_sha256`). The file
@@ -51,12 +54,11 @@ import numpy as np
 from .atomic import atomic_write
 from .errors import UserError
 from .featurestore import SPLITS, Split, base_attrs, content_sha256, read_features, write_features
-from .registry import Registry
+from . import registry
 
 SYNTH_DEFAULTS: dict[str, Any] = {"K": 10, "D": 64, "n": 200, "spread": "1", "sep": 3.0, "seed": 0}
 SYNTH_SPLITS = ("train", "val", "test")
 MAX_VALUES = 2 ** 29  # float32 values of a synthetic file (2 GiB): larger specs are refused
-SPEC_FAMILIES: Registry[Callable[[str], "Spec"]] = Registry("feature spec")
 _HASH_CHARS = 10
 
 
@@ -73,6 +75,18 @@ class Spec:
     def file_name(self) -> str:
         digest = hashlib.sha256(self.identity.encode()).hexdigest()[:_HASH_CHARS]
         return f"{self.stem}-{digest}.h5"
+
+
+class FeatureSpecFamily(registry.Spec):
+    """A feature-spec family (``"synthetic:"``, ``"spread:"``): ``build(Options(arg=<text after the colon>))``
+    parses the spec into a :class:`Spec` (one-line UserError when it is bad)."""
+
+    @classmethod
+    def build(cls, options: registry.Options) -> Spec:
+        raise NotImplementedError(f"{cls.__name__} does not define build(options)")
+
+
+SPEC_FAMILIES: registry.Registry[type[FeatureSpecFamily]] = registry.Registry("feature spec", base=FeatureSpecFamily)
 
 
 def _bad(spec: str, why: str) -> UserError:
@@ -139,6 +153,23 @@ def _fmt(v: float) -> str:
 
 
 @SPEC_FAMILIES.register("synthetic:", help="synthetic:K=10,D=64,n=200,spread=1:2:3|ramp:1-3,sep=3,seed=0")
+class SyntheticFamily(FeatureSpecFamily):
+    """Gaussian class clusters with per-class spreads: :func:`parse_synthetic`."""
+
+    @classmethod
+    def build(cls, options: registry.Options) -> Spec:
+        return parse_synthetic(options.arg)
+
+
+@SPEC_FAMILIES.register("spread:", help="spread:PATH,classes=0:3:5,factor=2")
+class SpreadFamily(FeatureSpecFamily):
+    """A real feature file with chosen classes spread about their train means: :func:`parse_spread`."""
+
+    @classmethod
+    def build(cls, options: registry.Options) -> Spec:
+        return parse_spread(options.arg)
+
+
 def parse_synthetic(arg: str) -> Spec:
     """Gaussian class clusters with per-class spreads (see the module docstring)."""
     spec = f"synthetic:{arg}"
@@ -185,7 +216,6 @@ def _write_synthetic(path: Path, canonical: str, p: dict[str, Any]) -> Path:
     return write_features(path, attrs, splits, dtype="float32")
 
 
-@SPEC_FAMILIES.register("spread:", help="spread:PATH,classes=0:3:5,factor=2")
 def parse_spread(arg: str) -> Spec:
     """A real feature file with the chosen classes spread about their train means (see the module docstring)."""
     spec = f"spread:{arg}"
@@ -279,12 +309,10 @@ def _write_spread(path: Path, src: Path, canonical: str, params: dict[str, Any],
 def parse_spec(spec: str) -> Spec:
     """The :class:`Spec` of a ``synthetic:`` or ``spread:`` text (one-line UserError when it is bad)."""
     spec = spec.strip()
-    try:
-        family, arg = SPEC_FAMILIES.lookup(spec)
-    except UserError:
+    if spec not in SPEC_FAMILIES:
         raise UserError(f"unknown feature spec {spec!r}; expected synthetic:K=..,D=..,n=..,spread=..,sep=..,seed=.. "
-                        "or spread:PATH,classes=..,factor=..") from None
-    return family(arg)
+                        "or spread:PATH,classes=..,factor=..")
+    return SPEC_FAMILIES.create(spec)
 
 
 def materialize(spec: str, features_dir: Path) -> Path:

@@ -1,6 +1,8 @@
 """mr2probe.registry: base types, names, one build signature, and third-party plugins through entry points."""
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -75,6 +77,62 @@ def test_every_method_is_a_method_subclass_named_by_the_registry() -> None:
     for name in METHODS.names():
         cls = METHODS.get(name)
         assert issubclass(cls, Method) and cls.name == name
+
+
+def package_registries() -> dict[str, Registry]:
+    """Every Registry instance at the top level of a module of the package, by ``module.attribute`` where first
+    found (``__main__`` is left out: importing it runs the command line)."""
+    import mr2probe
+
+    found: dict[int, tuple[str, Registry]] = {}
+    for info in pkgutil.walk_packages(mr2probe.__path__, "mr2probe."):
+        if info.name.rsplit(".", 1)[-1] == "__main__":
+            continue
+        module = importlib.import_module(info.name)
+        for attr, value in vars(module).items():
+            if isinstance(value, Registry):
+                found.setdefault(id(value), (f"{info.name}.{attr}", value))
+    return dict(found.values())
+
+
+def test_every_registry_of_the_package_declares_a_base_type_and_its_entries_have_it() -> None:
+    regs = package_registries()
+    kinds = {reg.kind for reg in regs.values()}
+    assert {"method", "encoder", "dataset", "head", "adapter", "exact probe", "feature spec", "tracker"} <= kinds
+    for where, reg in regs.items():
+        assert isinstance(reg.base, type), f"{where} ({reg.kind}) declares no base type"
+        assert reg.names(), f"{where} is empty"
+        for name in reg.names():
+            obj = reg.get(name)
+            ok = issubclass(obj, reg.base) if isinstance(obj, type) else isinstance(obj, reg.base)
+            assert ok, f"{where}: {name!r} is not a {reg.base.__name__}"
+
+
+@pytest.mark.parametrize("wrong", [type("NotAnEntry", (), {}), object(), "text"], ids=["class", "object", "str"])
+def test_every_registry_of_the_package_refuses_a_wrong_type_with_one_clear_error(wrong: object) -> None:
+    for where, reg in package_registries().items():
+        before = dict(reg._items)
+        with pytest.raises(TypeError) as err:
+            reg.register("not-an-entry")(wrong)
+        message = str(err.value)
+        assert message == f"{reg.kind} 'not-an-entry' must be a subclass of {reg.base.__name__}, got {wrong!r}", where
+        assert "\n" not in message and reg._items == before, where
+
+
+def test_heads_adapters_and_feature_specs_build_through_create() -> None:
+    from mr2probe.heads import ADAPTERS, HEADS, CosineHead, Head, LinearHead, MLPAdapter, NoAdapter
+    from mr2probe.synthetic import SPEC_FAMILIES, FeatureSpecFamily, Spec as FeatureSpec, parse_spec
+
+    assert HEADS.base is Head and type(HEADS.create("cosine")) is CosineHead and type(HEADS.create("linear")) is \
+        LinearHead
+    assert type(ADAPTERS.create("mlp")) is MLPAdapter and type(ADAPTERS.create("none")) is NoAdapter
+    assert HEADS.get("cosine").name == "cosine" and ADAPTERS.get("mlp").name == "mlp"
+    assert SPEC_FAMILIES.base is FeatureSpecFamily and SPEC_FAMILIES.names() == ["spread:", "synthetic:"]
+    built = SPEC_FAMILIES.create("synthetic:K=3,D=4,n=5")
+    assert isinstance(built, FeatureSpec) and built.canonical == "synthetic:K=3,D=4,n=5,spread=1,sep=3,seed=0"
+    assert parse_spec(" synthetic:K=3,D=4,n=5 ").file_name() == built.file_name()
+    with pytest.raises(UserError, match="unknown feature spec 'gauss:K=3'"):
+        parse_spec("gauss:K=3")
 
 
 # ---------------------------------------------------------------- plugins through entry points
