@@ -1,4 +1,4 @@
-"""benchmarks/sensitivity.py: the claims × cells layout and the verdict flips, on a hand-made summary.csv."""
+"""benchmarks/sensitivity.py (the claims × cells layout and the verdict flips) and benchmarks/readme_table.py, on hand-made summary rows."""
 from __future__ import annotations
 
 import importlib.util
@@ -52,3 +52,23 @@ def test_script_writes_the_page_and_prints_the_flips(tmp_path):
     assert "+9.00 [8.00, 10.00] better (q 0.01)" in page
     assert "| mr2_uniform" not in page
     assert len(pd.read_csv(tmp_path / "sensitivity.csv")) == 6
+
+
+_rt_spec = importlib.util.spec_from_file_location("readme_table", ROOT / "benchmarks" / "readme_table.py")
+readme_table = importlib.util.module_from_spec(_rt_spec)
+_rt_spec.loader.exec_module(readme_table)
+
+
+def test_readme_table_cells_and_rows():
+    """benchmarks/readme_table.py: one cell per method × run, the null control's MDE first."""
+    base = {"scope": "run", "reference": "ce", "delta_hard_equiv_bound": 0.71, "delta_hard_mde": 0.98}
+    rows = [{**base, "run": "a", "method": "ce (null)", "delta_hard": -0.18, "delta_hard_ci_lo": -0.96,
+             "delta_hard_ci_hi": 0.60, "delta_hard_verdict_all": "equivalent"},
+            {**base, "run": "a", "method": "la", "delta_hard": 14.19, "delta_hard_ci_lo": 8.12,
+             "delta_hard_ci_hi": 20.26, "delta_hard_verdict_all": "underpowered"},
+            {**base, "run": "a", "method": "u", "delta_hard": 0.0, "delta_hard_ci_lo": 0.0, "delta_hard_ci_hi": 0.0,
+             "delta_hard_verdict_all": "identical"}]
+    text = readme_table.readme_table(pd.DataFrame(rows), [("ρ=100", "a")], readme_table.pairs(["LA=la", "u"]))
+    assert text.splitlines() == ["| method | ρ=100 |", "|:--|:--|", "| **null control's MDE** | 0.98 |",
+                                 "| ce (null) | −0.18 [−1.0, 0.6] equiv. ±0.71 |",
+                                 "| LA | +14.19 [8.1, 20.3] underp. |", "| u | 0.00 identical |"]
