@@ -1,4 +1,4 @@
-"""benchmarks/sensitivity.py (the claims × cells layout and the verdict flips) and benchmarks/readme_table.py, on hand-made summary rows."""
+"""benchmarks/sensitivity.py (claims × cells, verdict flips) and benchmarks/readme_table.py on hand-made rows."""
 from __future__ import annotations
 
 import importlib.util
