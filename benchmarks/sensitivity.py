@@ -35,9 +35,10 @@ def claim_rows(summary: pd.DataFrame, claims: tuple[str, ...]) -> pd.DataFrame:
 
 
 def cell_text(row: pd.Series) -> str:
-    """``+1.23 [0.10, 2.36] better (q 0.012)``."""
+    """``+1.23 [0.10, 2.36] better (q 0.012)`` (q below 0.001 as ``<0.001``)."""
+    q = "<0.001" if row.delta_hard_q < 0.001 else f"{row.delta_hard_q:.3g}"
     return (f"{row.delta_hard:+.2f} [{row.delta_hard_ci_lo:.2f}, {row.delta_hard_ci_hi:.2f}] "
-            f"{row.delta_hard_verdict} (q {row.delta_hard_q:.3g})")
+            f"{row.delta_hard_verdict} (q {q})")
 
 
 def flips(rows: pd.DataFrame, base: str) -> pd.DataFrame:
@@ -54,10 +55,9 @@ def report(rows: pd.DataFrame, flipped: pd.DataFrame, base: str, folder: Path) -
     order = list(dict.fromkeys(rows["run"]))
     table = (rows.assign(text=rows.apply(cell_text, axis=1)).pivot(index="method", columns="run", values="text")
              .reindex(columns=order))
-    checks = (rows.groupby("run", sort=False)
-              .agg(reference_check=("check_delta_all", "first"),
-                   mr2_margin_spread=("margin_spread", lambda s: s.dropna().mean() if s.notna().any() else None))
-              .reindex(order))
+    checks = pd.DataFrame({"reference_check": rows.groupby("run", sort=False)["check_delta_all"].first(),
+                           "mr2_margin_spread": rows[rows["method"] == "mr2"].set_index("run")["margin_spread"]}
+                          ).reindex(order)
     lines = [f"# Protocol sensitivity: {folder.name}", "",
              "ΔHard [95% CI] verdict (q_t) of each claim against the reference, per cell (budget rule × lr × wd "
              f"grid; `summary.csv`). Base cell: `{base}`. reference_check = All(logreg) − All(reference): above "

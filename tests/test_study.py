@@ -129,14 +129,14 @@ def test_every_comparison_is_committed_and_every_committed_one_is_in_the_suite(f
             assert (RESULTS / folder / f"{c.name}.{ext}").is_file(), f"results/{folder}/{c.name}.{ext}"
         text = (RESULTS / folder / f"{c.name}.md").read_text()
         assert all(f"`{run}`" in text for run in c.runs)  # the runs it compares, by name
-    committed = {p.stem for p in (RESULTS / folder).glob("*.md")} - {"summary"}
+    committed = {p.stem for p in (RESULTS / folder).glob("*.md")} - {"summary", "sensitivity"}  # sensitivity.py
     assert committed == {c.name for c in suite.compares}
 
 
 def test_the_tracked_study_is_light() -> None:
     """What git tracks of results/: ≤ 40 MB in all, no file over 2 MB, no plot over 300 KB, no heads, parts,
-    report.html, table.tex, summary.json or tradeoff.png (outputs that the kept results.json / predictions.npz /
-    table.csv render again)."""
+    report.html, table.tex, summary.json, tradeoff.png or variability.png (outputs that the kept results.json /
+    predictions.npz / table.csv render again)."""
     git = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True)
     if git.returncode != 0 or not git.stdout:
         pytest.skip("not a git checkout")
@@ -145,5 +145,5 @@ def test_the_tracked_study_is_light() -> None:
     assert sum(sizes.values()) <= 40_000_000
     assert max(sizes.values()) <= 2_000_000
     assert max(s for p, s in sizes.items() if p.suffix == ".png") <= 300_000
-    outputs = {"heads.safetensors", "report.html", "table.tex", "summary.json", "tradeoff.png"}
+    outputs = {"heads.safetensors", "report.html", "table.tex", "summary.json", "tradeoff.png", "variability.png"}
     assert not [p for p in tracked if p.name in outputs or "parts" in p.parts]

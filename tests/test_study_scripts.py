@@ -52,6 +52,7 @@ def test_script_writes_the_page_and_prints_the_flips(tmp_path):
     assert "+9.00 [8.00, 10.00] better (q 0.01)" in page
     assert "| mr2_uniform" not in page
     assert len(pd.read_csv(tmp_path / "sensitivity.csv")) == 6
+    assert "| floor-grid2x2 |             0.900 |               1.020 |" in page  # the mr2 row's spread alone
 
 
 _rt_spec = importlib.util.spec_from_file_location("readme_table", ROOT / "benchmarks" / "readme_table.py")
