@@ -17,7 +17,7 @@ So strong effects of other methods (hundreds of p < 1e-4) do not loosen the corr
 the tables: better / worse at q < 0.05, else underpowered where the cell's MDE exceeds its margin, equivalent by TOST,
 identical predictions) and ``OUT.md`` (per family: comparisons and the count of each verdict; the better / worse
 cells). The null controls are counted apart: how many of their ΔHard CIs exclude 0. The positive control (features
-altered on purpose) is left out by default.
+altered on purpose) and the protocol-sensitivity folder (one cell rerun under other protocols) are left out by default.
 """
 from __future__ import annotations
 
@@ -115,8 +115,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--skip", nargs="*", default=["positive-control"],
-                    help="folders left out (the positive control is made on features altered on purpose)")
+    ap.add_argument("--skip", nargs="*", default=["positive-control", "mnist-dinov2s14-500-sensitivity"],
+                    help="folders left out (the positive control is made on features altered on purpose; the "
+                         "sensitivity folder reruns one cell under other protocols: benchmarks/sensitivity.py)")
     args = ap.parse_args()
     out = args.out or args.root / "study-verdicts"
     df = study_frame(args.root, args.skip)
