@@ -73,3 +73,15 @@ def test_readme_table_cells_and_rows():
     assert text.splitlines() == ["| method | ρ=100 |", "|:--|:--|", "| **null control's MDE** | 0.98 |",
                                  "| ce (null) | −0.18 [−1.0, 0.6] equiv. ±0.71 |",
                                  "| LA | +14.19 [8.1, 20.3] underp. |", "| u | 0.00 identical |"]
+
+
+def test_the_readme_table_is_what_its_command_prints():
+    """The README's results table is the output of the command written under it, on the committed summary.csv."""
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"<sub>`(python benchmarks/readme_table\.py [^`]+)`</sub>", readme).group(1)
+    args = shlex.split(command)[1:]
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() and out.strip() in readme
