@@ -281,10 +281,8 @@ def _folds(results: RunResults, ref_runs: list[RunRecord], y: np.ndarray | None,
         rank = np.nanmean(accs, axis=0)
         tie = tiebreak_score(results)
         shown = [Fold(everything, class_groups(rank, tie))]
-        if group_on != "val":
-            return shown, rank, [shown] * len(ref_runs)
-        pools = _ranking_pools(ref_runs, episode_specific_classes(results))
-        if pools is None:
+        pools = _ranking_pools(ref_runs, episode_specific_classes(results)) if group_on == "val" else None
+        if pools is None:  # nothing left out: every pair scored with the groups shown
             return shown, rank, [shown] * len(ref_runs)
         loo = [[Fold(everything, class_groups(np.nanmean(accs[pool], axis=0), tie))] for pool in pools]
         return shown, rank, loo
