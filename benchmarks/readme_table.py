@@ -45,6 +45,9 @@ def readme_table(summary: pd.DataFrame, runs: list[tuple[str, str]], methods: li
     rows = summary[summary["scope"] == "run"].set_index(["run", "method"])
     reference = summary.loc[summary["scope"] == "run", "reference"].iloc[0]
     null = f"{reference} (null)"
+    missing = [f"{r}/{m}" for _, r in runs for _, m in [(null, null)] + methods if (r, m) not in rows.index]
+    if missing:
+        raise SystemExit(f"not in summary.csv (run/method): {', '.join(missing)}")
     header = "| method | " + " | ".join(label for label, _ in runs) + " |"
     lines = [header, "|:--|" + ":--|" * len(runs),
              "| **null control's MDE** | " + " | ".join(f"{rows.loc[(r, null), 'delta_hard_mde']:.2f}"
@@ -60,7 +63,10 @@ def main() -> None:
     ap.add_argument("--runs", nargs="+", required=True, help="LABEL=RUN columns, in order")
     ap.add_argument("--methods", nargs="+", required=True, help="LABEL=METHOD rows, in order")
     args = ap.parse_args()
-    print(readme_table(pd.read_csv(args.folder / "summary.csv"), pairs(args.runs), pairs(args.methods)))
+    path = args.folder / "summary.csv"
+    if not path.exists():
+        raise SystemExit(f"no {path}: run `mr2probe bench … --report-only` first")
+    print(readme_table(pd.read_csv(path), pairs(args.runs), pairs(args.methods)))
 
 
 if __name__ == "__main__":

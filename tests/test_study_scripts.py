@@ -85,3 +85,17 @@ def test_the_readme_table_is_what_its_command_prints():
     args = shlex.split(command)[1:]
     out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() and out.strip() in readme
+
+
+def test_readme_table_names_what_summary_csv_lacks(tmp_path):
+    """A missing summary.csv, run or method is one line and exit 1, not a traceback."""
+    script = str(ROOT / "benchmarks" / "readme_table.py")
+    r = subprocess.run([sys.executable, script, str(tmp_path), "--runs", "a", "--methods", "b"],
+                       capture_output=True, text=True)
+    expected = f"no {tmp_path / 'summary.csv'}: run `mr2probe bench … --report-only` first"
+    assert r.returncode == 1 and r.stderr.strip() == expected
+    pd.DataFrame([{"scope": "run", "run": "a", "method": "ce (null)", "reference": "ce"}]).to_csv(
+        tmp_path / "summary.csv", index=False)
+    r = subprocess.run([sys.executable, script, str(tmp_path), "--runs", "a", "--methods", "b"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip() == "not in summary.csv (run/method): a/b"
