@@ -10,7 +10,10 @@ family on its own:
 
 * **primary** families, declared before looking: ``mr2`` against ``ce`` (the paper's claim) and ``mr2`` against
   ``mr2_uniform`` (its dose: the class-dependent margin itself);
-* **secondary** families: every other method against its reference, one family per (method, reference).
+* **secondary** families: every other method against its reference, one family per (method, reference);
+* **one class order** families: the comparisons of long-tailed cells trained on one class order (one episode, or
+  ``order=fixed``), one family per (method, reference), reported and corrected on their own but behind no claim:
+  their replicates share which classes are rare, so rarity is confounded with the classes that order made rare.
 
 So strong effects of other methods (hundreds of p < 1e-4) do not loosen the correction of a claim. Writes
 ``OUT.csv`` (every distinct row with ``family``, ``ΔHard_q_study`` and ``ΔHard_verdict_study``; the verdict rule of
@@ -63,12 +66,45 @@ def distinct(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+ONE_ORDER = "one class order"  # a long tail whose rare classes are the same in every replicate (Profile.describe)
+
+
+def family_of(method: str, reference: str, setting: str) -> str:
+    """:data:`PRIMARY`, else "secondary: METHOD vs REFERENCE"; a long-tailed cell with one class order (its
+    ``setting`` says so) goes to "one class order: METHOD vs REFERENCE" whatever the method: there rarity stays with
+    the classes that order made rare, so no claim rests on it."""
+    if ONE_ORDER in str(setting):
+        return f"{ONE_ORDER}: {method} vs {reference}"
+    return PRIMARY.get((method, reference), f"secondary: {method} vs {reference}")
+
+
+def profile_of(setting: str) -> str:
+    """The training profile of a cell's title, coarsely: ``longtail, N class orders`` / ``longtail, one class
+    order``, ``shots``, ``fraction`` or ``full`` (the title names no profile for the full set)."""
+    train = str(setting).partition("train: ")[2]
+    if not train:
+        return "full"
+    kind = train.split()[0]
+    if kind == "longtail":
+        return "longtail, " + train.rpartition(", ")[2].split(" (seed")[0]
+    return kind
+
+
+def counts_by_profile(comp: pd.DataFrame) -> pd.DataFrame:
+    """Per family, training profile (:func:`profile_of`) and head: the number of comparisons and of each verdict."""
+    keys = ["family", "profile", "head"]
+    counts = (comp.groupby(keys)["ΔHard_verdict_study"].value_counts().unstack(fill_value=0)
+              .reindex(columns=list(VERDICTS), fill_value=0))
+    counts.insert(0, "comparisons", counts.sum(axis=1))
+    return counts.reset_index()
+
+
 def by_family(comp: pd.DataFrame) -> pd.DataFrame:
-    """``family`` (:data:`PRIMARY`, else "secondary: METHOD vs REFERENCE") and, within each family,
-    ``ΔHard_q_study`` / ``ΔHard_verdict_study`` (:func:`~mr2probe.summary.family_verdicts`)."""
+    """``family`` (:func:`family_of`) and, within each family, ``ΔHard_q_study`` / ``ΔHard_verdict_study``
+    (:func:`~mr2probe.summary.family_verdicts`)."""
     comp = comp.copy()
-    comp["family"] = [PRIMARY.get((m, r), f"secondary: {m} vs {r}") for m, r in zip(comp["method"],
-                                                                                    comp["reference"])]
+    comp["family"] = [family_of(m, r, s) for m, r, s in zip(comp["method"], comp["reference"], comp["setting"])]
+    comp["profile"] = comp["setting"].map(profile_of)
     parts = [family_verdicts(g).rename(columns={"ΔHard_q_all": "ΔHard_q_study",
                                                 "ΔHard_verdict_all": "ΔHard_verdict_study"})
              for _, g in comp.groupby("family", sort=True)]
@@ -132,7 +168,8 @@ def main() -> None:
              f"{int(is_comparison(df).sum())} method × cell rows with their cell's reference, {len(comp)} distinct "
              f"(the same runs in several folders counted once), from the per-run rows of {df['folder'].nunique()} "
              "folders' summary.csv; Benjamini–Hochberg within each family (primary: the claims about MR2, "
-             "declared in advance; secondary: one per other method and reference). Verdicts: q < 0.05 better / "
+             "declared in advance; secondary: one per other method and reference; one class order: the long-tailed "
+             "cells whose rare classes are the same in every replicate, behind no claim). Verdicts: q < 0.05 better / "
              "worse; else underpowered where the cell's MDE (the larger of the method's and the null control's) "
              "exceeds its equivalence margin or there is one replicate; else TOST: equivalent; else inconclusive; "
              f"identical: the reference's predictions. Null controls: {int(excl.sum())} of {len(nulls)} distinct have "
@@ -147,6 +184,8 @@ def main() -> None:
     lines += ["## MR2 cell by cell", "", "Sorted by the margins' spread γ_max/γ_min; MR2 off below 1.05, weak below "
               "1.2, on from 1.2 (a reading aid). Cells joined by `<br>` are the same runs in several folders.", ""]
     lines += mr2_cells_markdown(comp)
+    lines += ["## Verdicts by training profile and head", "",
+              counts_by_profile(comp).to_markdown(index=False), ""]
     hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"]) & ~comp["family"].str.startswith("primary")]
     if len(hits):
         lines += ["## Secondary families: better or worse than the reference", "",

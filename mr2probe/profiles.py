@@ -118,15 +118,24 @@ class Profile:
         text = f"{self.kind}:{v}" if self.kind == "shots" else f"{self.kind}:{_num(float(v))}"  # type: ignore[arg-type]
         return text + (f",order={self.order}" if self.order != "episode" else "")
 
+    @property
+    def class_orders(self) -> int | None:
+        """How many class orders a long tail draws: one per episode, or 1 under ``order=fixed`` or with one
+        episode (then rarity stays with the same classes in every replicate); None for the other kinds."""
+        if self.kind != "longtail":
+            return None
+        return 1 if self.order == "fixed" else self.episodes
+
     def describe(self) -> str:
-        """Human-readable, e.g. ``longtail ρ=100 (seed 0)``, ``shots 5 × 10 episodes (seed 0)``."""
+        """Human-readable, e.g. ``longtail ρ=100, one class order (seed 0)``, ``longtail ρ=100 × 5 episodes,
+        5 class orders (seed 0)``, ``shots 5 × 10 episodes (seed 0)``."""
         if self.kind == "full":
             return "full training set"
         eps = f" × {self.episodes} episodes" if self.episodes > 1 else ""
         label = {"longtail": f"longtail ρ={self.value:g}", "shots": f"shots {self.value}",
                  "fraction": f"fraction {self.value:g}"}[self.kind]
-        fixed = ", one class order" if self.order == "fixed" else ""
-        return f"{label}{eps}{fixed} (seed {self.seed})"
+        orders = {None: "", 1: ", one class order"}.get(self.class_orders, f", {self.class_orders} class orders")
+        return f"{label}{eps}{orders} (seed {self.seed})"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able: kind, value, episodes, seed, the canonical text, and ``order`` when it is not the default

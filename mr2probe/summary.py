@@ -23,6 +23,7 @@ from .metrics import (COLUMNS, DELTA_COLUMNS, DELTA_OF, INSTRUMENT_COLUMNS, SIG_
                       bh_qvalues, boundary_tie, class_groups, confusion, disparity_row, hard_instruments,
                       jaccard_matrix, mean_pairwise_jaccard, null_name, per_class_accuracy, per_class_paired_test,
                       precision_per_class, prediction_rate, stratified_halves)
+from .profiles import parse_profile
 from .results import Budget, RunRecord, RunResults
 from .settings import EXACT_PROBE, EXACT_PROBE_TOLERANCE, GROUPS_ON, REPORT
 
@@ -445,8 +446,17 @@ def _title(results: RunResults) -> str:
     title = f"{results.encoder} on {results.dataset}, {results.head} head, adapter {results.adapter}"
     profile = results.profile
     if profile["kind"] != "full":
-        title += f", train: {profile.get('describe', profile.get('text'))}"
+        title += f", train: {described(profile)}"
     return title
+
+
+def described(profile: dict[str, Any]) -> str:
+    """A recorded profile in today's words (:meth:`Profile.describe`, which names a long tail's class orders),
+    so tables rendered again say it for runs recorded before; the recorded text where it no longer parses."""
+    try:
+        return parse_profile(profile["text"], profile.get("episodes", 1), profile.get("seed", 0)).describe()
+    except (KeyError, UserError):
+        return str(profile.get("describe", profile.get("text")))
 
 
 def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.ndarray] | None = None,

@@ -244,7 +244,12 @@ def test_smaller_profiles_are_subsets_of_larger_ones():
 def test_parse_and_describe():
     p = parse_profile("longtail:100")
     assert (p.kind, p.value, p.episodes, p.seed) == ("longtail", 100.0, 1, 0)
-    assert p.describe() == "longtail ρ=100 (seed 0)"
+    assert p.describe() == "longtail ρ=100, one class order (seed 0)"
+    five = parse_profile("longtail:100", episodes=5)
+    assert five.describe() == "longtail ρ=100 × 5 episodes, 5 class orders (seed 0)" and five.class_orders == 5
+    fixed = parse_profile("longtail:100,order=fixed", episodes=5)
+    assert fixed.describe() == "longtail ρ=100 × 5 episodes, one class order (seed 0)" and fixed.class_orders == 1
+    assert parse_profile("shots:5", episodes=5).class_orders is None
     assert parse_profile("shots:5", episodes=10, seed=2).describe() == "shots 5 × 10 episodes (seed 2)"
     assert parse_profile("fraction:0.1").describe() == "fraction 0.1 (seed 0)"
     assert parse_profile(" Full ").describe() == "full training set"
@@ -376,3 +381,13 @@ def test_layering_imports_only_errors_and_numpy():
             "'h5py' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "['mr2probe', 'mr2probe.errors', 'mr2probe.profiles'] False False"
+
+
+def test_tables_name_a_recorded_long_tail_s_class_orders():
+    """Runs recorded before the class orders were named read in today's words; an unparsable record keeps its text."""
+    from mr2probe.summary import described
+    old = {"kind": "longtail", "value": 100.0, "episodes": 1, "seed": 0, "text": "longtail:100",
+           "describe": "longtail ρ=100 (seed 0)"}
+    assert described(old) == "longtail ρ=100, one class order (seed 0)"
+    assert described(old | {"episodes": 5}) == "longtail ρ=100 × 5 episodes, 5 class orders (seed 0)"
+    assert described({"kind": "odd", "text": "odd:1", "describe": "as recorded"}) == "as recorded"

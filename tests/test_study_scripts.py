@@ -99,3 +99,40 @@ def test_readme_table_names_what_summary_csv_lacks(tmp_path):
     r = subprocess.run([sys.executable, script, str(tmp_path), "--runs", "a", "--methods", "b"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.strip() == "not in summary.csv (run/method): a/b"
+
+
+_sv_spec = importlib.util.spec_from_file_location("study_verdicts", ROOT / "benchmarks" / "study_verdicts.py")
+study_verdicts = importlib.util.module_from_spec(_sv_spec)
+_sv_spec.loader.exec_module(study_verdicts)
+
+
+def test_one_class_order_cells_sit_in_their_own_families():
+    five = "dinov2-s14 on mnist, linear head, adapter none, train: longtail ρ=100 × 5 episodes, 5 class orders (seed 0)"
+    one = "dinov2-s14 on mnist, linear head, adapter none, train: longtail ρ=100, one class order (seed 0)"
+    assert study_verdicts.family_of("mr2", "ce", five) == "primary: mr2 vs ce"
+    assert study_verdicts.family_of("mr2", "ce", one) == "one class order: mr2 vs ce"
+    assert study_verdicts.family_of("ldam", "ce", one) == "one class order: ldam vs ce"
+    assert study_verdicts.family_of("ldam", "ce", "mnist, linear head") == "secondary: ldam vs ce"
+
+
+def test_the_committed_primary_families_hold_no_one_order_cell():
+    df = pd.read_csv(ROOT / "results" / "study-verdicts.csv")
+    primary = df[df["family"].str.startswith("primary")]
+    assert len(primary) > 0 and not primary["setting"].str.contains("one class order").any()
+    lt = df[df["setting"].str.contains("longtail", na=False)]
+    assert lt["setting"].str.contains("class order").all(), "every long-tailed row says how many class orders it has"
+
+
+def test_profiles_of_cell_titles():
+    t = "dinov2-s14 on mnist, linear head, adapter none"
+    assert study_verdicts.profile_of(t) == "full"
+    assert study_verdicts.profile_of(t + ", train: shots 5 × 5 episodes (seed 0)") == "shots"
+    one = t + ", train: longtail ρ=10, one class order (seed 0)"
+    assert study_verdicts.profile_of(one) == "longtail, one class order"
+    five = t + ", train: longtail ρ=100 × 5 episodes, 5 class orders (seed 0)"
+    assert study_verdicts.profile_of(five) == "longtail, 5 class orders"
+    comp = pd.DataFrame({"family": ["f", "f", "f"], "profile": ["shots", "shots", "full"], "head": ["linear"] * 3,
+                         "ΔHard_verdict_study": ["better", "equivalent", "better"]})
+    counts = study_verdicts.counts_by_profile(comp).set_index("profile")
+    assert counts.loc["shots", "comparisons"] == 2 and counts.loc["shots", "better"] == 1
+    assert counts.loc["full", "better"] == 1 and counts.loc["full", "worse"] == 0
