@@ -70,7 +70,7 @@ def main() -> None:
     df["excludes_0"] = (df["lo"] > 0) | (df["hi"] < 0)
     table = df.groupby("rule", sort=False)["excludes_0"].agg(["sum", "count", "mean"])
     table.columns = ["tables whose null CI excludes 0", "null-controlled tables", "share"]
-    lines = [table.to_markdown(floatfmt=".3f"), ""]
+    lines = [table.to_markdown(floatfmt=("", ".0f", ".0f", ".3f")), ""]
     for _, r in df[(df["rule"] == "two-stage") & df["excludes_0"]].iterrows():
         nu = "∞" if not np.isfinite(r["df"]) else format(r["df"], ".1f")
         lines.append(f"- two-stage, excludes 0: `{r['run']}`: {r['estimate']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}], "
