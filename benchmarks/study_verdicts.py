@@ -147,6 +147,30 @@ def mr2_cells_markdown(comp: pd.DataFrame) -> list[str]:
     return lines
 
 
+ABBREV = {"fashion-mnist": "F", "mnist": "M", "efficientnet-lite0": "E", "dinov2-s14": "D"}  # column labels
+SHORT_VERDICT = {"better": "**better**", "worse": "**worse**", "equivalent": "equiv.", "underpowered": "underp.",
+                 "inconclusive": "inconcl.", "identical": "identical"}
+
+
+def five_order_table(comp: pd.DataFrame, reference: str = "ce") -> pd.DataFrame:
+    """The long-tailed cells with several class orders as one method × cell table: ΔHard against ``reference`` and
+    its study verdict (q_s), e.g. ``+21.64 **better**``; columns ``F×D lin ρ=100`` (dataset × encoder initials,
+    head, imbalance ratio), methods in the order of their mean ΔHard."""
+    rows = comp[comp["profile"].str.startswith("longtail, ") & ~comp["profile"].str.contains(ONE_ORDER)
+                & (comp["reference"] == reference)].copy()
+    if rows.empty:
+        return pd.DataFrame()
+    rho = rows["setting"].str.extract(r"ρ=(\d+)", expand=False).astype(int)
+    rows["cell"] = [f"{ABBREV.get(d, d)}×{ABBREV.get(e, e)} {h[:3]} ρ={r}"
+                    for d, e, h, r in zip(rows["dataset"], rows["encoder"], rows["head"], rho)]
+    rows["order"] = list(zip(rows["head"] != "linear", rows["dataset"], rows["encoder"], -rho))
+    cells = rows.drop_duplicates("cell").sort_values("order")["cell"].tolist()
+    rows["text"] = [f"{d:+.2f} {SHORT_VERDICT.get(v, v)}" for d, v in zip(rows["ΔHard"], rows["ΔHard_verdict_study"])]
+    table = rows.pivot_table(index="method", columns="cell", values="text", aggfunc="first").reindex(columns=cells)
+    order = rows.groupby("method")["ΔHard"].mean().sort_values(ascending=False).index
+    return table.loc[order].fillna("—")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path)
@@ -186,6 +210,12 @@ def main() -> None:
     lines += mr2_cells_markdown(comp)
     lines += ["## Verdicts by training profile and head", "",
               counts_by_profile(comp).to_markdown(index=False), ""]
+    five = five_order_table(comp)
+    if len(five):
+        lines += ["## Long-tailed cells with several class orders: ΔHard against CE", "",
+                  "Each cell's ΔHard and its verdict in its family (q_s); columns: dataset × encoder (F Fashion-MNIST, "
+                  "M MNIST; E EfficientNet-Lite0, D DINOv2-S), head, imbalance ratio ρ; — where the cell did not "
+                  "train the method.", "", five.reset_index().to_markdown(index=False), ""]
     hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"]) & ~comp["family"].str.startswith("primary")]
     if len(hits):
         lines += ["## Secondary families: better or worse than the reference", "",

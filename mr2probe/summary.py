@@ -330,15 +330,23 @@ def val_class_sizes(results: RunResults) -> np.ndarray:
     return np.fmax(dens, share) if n_val else dens
 
 
-def group_notes(results: RunResults, rank: np.ndarray, group_on: str) -> list[str]:
-    """Notes about the groups: ranked per episode (:func:`episode_specific_classes`); a hard group decided by
-    ties of the reference's ranking accuracy (and whether the second key, :func:`tiebreak_score`, separated them);
-    classes with fewer than :data:`SMALL_VAL_CLASS` val images."""
+def group_notes(results: RunResults, rank: np.ndarray, group_on: str,
+                ref_runs: list[RunRecord] | None = None) -> list[str]:
+    """Notes about the groups: ranked per episode (:func:`episode_specific_classes`), with a warning where an
+    episode has one replicate of the reference (``ref_runs``), whose pair is then ranked on its own val accuracy;
+    a hard group decided by ties of the reference's ranking accuracy (and whether the second key,
+    :func:`tiebreak_score`, separated them); classes with fewer than :data:`SMALL_VAL_CLASS` val images."""
     notes, names = [], list(results.class_names)
     if group_on == "val" and episode_specific_classes(results):
         notes.append("Groups per episode: the episodes make different classes rare, so each replicate pair's "
                      "hard classes are ranked on its own episode's other seeds (the groups shown pool every "
                      "episode)")
+        per_episode = pd.Series([r.episode for r in ref_runs or []]).value_counts()
+        if (per_episode == 1).any():
+            notes.append(f"Warning: {int((per_episode == 1).sum())} of {len(per_episode)} episodes have one seed "
+                         "of the reference, so their pairs' hard classes are ranked on that seed's own val "
+                         "accuracy (nothing left out): its val noise biases ΔHard upwards, the null control's "
+                         "too; train ≥ 2 seeds per episode")
     if group_on in ("val", "val-pooled", "test"):
         tied = boundary_tie(rank)
         if tied:
@@ -521,8 +529,8 @@ def summarize(results: RunResults | dict[str, Any], predictions: dict[str, np.nd
         ci[method] = {c: [e.ci[0], e.ci[1]] for c, e in effects[method].items()}
     inference = _verdicts(effects, reference, null_method, margin, identical)
     check = manipulation_check(by_method, rank_acc)
-    notes = group_notes(results, rank_acc, group_on) + [x for x in [manipulation_line(check, reference, group_on)]
-                                                         if x]
+    manipulation = manipulation_line(check, reference, group_on)
+    notes = group_notes(results, rank_acc, group_on, ref_runs) + ([manipulation] if manipulation else [])
     title = _title(results)
     return Summary(list(by_method), reference, folds[0].groups, mean, std, ci, seeds, title, per_seed, accs,
                    rank_acc, list(results.class_names), group_on, folds, null_method,

@@ -255,3 +255,7 @@ def test_groups_are_ranked_within_the_episode_where_each_episode_has_its_own_rar
     same = {**results, "episodes": [{"episode": ep, "train_class_counts": counts[0]} for ep in (0, 1)]}
     assert summarize(same).mean["ce"]["Hard"] > 80  # one class order declared: ranked on the other episode
     assert any(n.startswith("Groups per episode") for n in s.notes) and not summarize(same).notes
+    assert not any("one seed of the reference" in n for n in s.notes)
+    one_seed = {**results, "runs": [r for r in runs if r["seed"] == 0 or r["episode"] == 1]}
+    warned = [n for n in summarize(one_seed).notes if "one seed of the reference" in n]
+    assert warned and warned[0].startswith("Warning: 1 of 2 episodes")

@@ -136,3 +136,25 @@ def test_profiles_of_cell_titles():
     counts = study_verdicts.counts_by_profile(comp).set_index("profile")
     assert counts.loc["shots", "comparisons"] == 2 and counts.loc["shots", "better"] == 1
     assert counts.loc["full", "better"] == 1 and counts.loc["full", "worse"] == 0
+
+
+def test_five_order_table_pivots_the_several_order_long_tails_against_ce():
+    t = "{} on {}, {} head, adapter none, train: longtail ρ={} × 5 episodes, 5 class orders (seed 0)"
+    one = "dinov2-s14 on mnist, linear head, adapter none, train: longtail ρ=100, one class order (seed 0)"
+    comp = pd.DataFrame({
+        "method": ["ldam", "mr2", "ldam", "ldam", "mr2"],
+        "reference": ["ce", "ce", "ce", "ce", "mr2_uniform"],
+        "dataset": ["mnist", "mnist", "mnist", "mnist", "mnist"],
+        "encoder": ["dinov2-s14"] * 5,
+        "head": ["linear", "linear", "cosine", "linear", "linear"],
+        "setting": [t.format("dinov2-s14", "mnist", "linear", 100), t.format("dinov2-s14", "mnist", "linear", 100),
+                    t.format("dinov2-s14", "mnist", "cosine", 10), one, t.format("dinov2-s14", "mnist", "linear", 100)],
+        "ΔHard": [18.234, -0.11, -12.95, 30.0, 0.5],
+        "ΔHard_verdict_study": ["better", "equivalent", "worse", "better", "equivalent"]})
+    comp["profile"] = comp["setting"].map(study_verdicts.profile_of)
+    table = study_verdicts.five_order_table(comp)
+    assert list(table.columns) == ["M×D lin ρ=100", "M×D cos ρ=10"], "linear before cosine; one order left out"
+    assert list(table.index) == ["ldam", "mr2"], "by mean ΔHard, the mr2_uniform reference left out"
+    assert table.loc["ldam", "M×D lin ρ=100"] == "+18.23 **better**"
+    assert table.loc["ldam", "M×D cos ρ=10"] == "-12.95 **worse**"
+    assert table.loc["mr2", "M×D cos ρ=10"] == "—" and table.loc["mr2", "M×D lin ρ=100"] == "-0.11 equiv."
