@@ -215,7 +215,11 @@ def main() -> None:
         lines += ["## Long-tailed cells with several class orders: ΔHard against CE", "",
                   "Each cell's ΔHard and its verdict in its family (q_s); columns: dataset × encoder (F Fashion-MNIST, "
                   "M MNIST; E EfficientNet-Lite0, D DINOv2-S), head, imbalance ratio ρ; — where the cell did not "
-                  "train the method.", "", five.reset_index().to_markdown(index=False), ""]
+                  "train the method; one table per head.", ""]
+        for head in ("lin", "cos"):
+            part = five.loc[:, five.columns.str.contains(f" {head} ")]
+            part = part[(part != "—").any(axis=1)]
+            lines += [part.reset_index().to_markdown(index=False), ""] if part.shape[1] else []
     hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"]) & ~comp["family"].str.startswith("primary")]
     if len(hits):
         lines += ["## Secondary families: better or worse than the reference", "",
