@@ -152,12 +152,12 @@ SHORT_VERDICT = {"better": "**better**", "worse": "**worse**", "equivalent": "eq
                  "inconclusive": "inconcl.", "identical": "identical"}
 
 
-def five_order_table(comp: pd.DataFrame, reference: str = "ce") -> pd.DataFrame:
-    """The long-tailed cells with several class orders as one method × cell table: ΔHard against ``reference`` and
-    its study verdict (q_s), e.g. ``+21.64 **better**``; columns ``F×D lin ρ=100`` (dataset × encoder initials,
-    head, imbalance ratio), methods in the order of their mean ΔHard."""
+def five_order_table(comp: pd.DataFrame, reference: str = "ce", head: str | None = None) -> pd.DataFrame:
+    """The long-tailed cells with several class orders (of one ``head``, or every head) as one method × cell table:
+    ΔHard against ``reference`` and its study verdict (q_s), e.g. ``+21.64 **better**``; columns ``F×D lin ρ=100``
+    (dataset × encoder initials, head, imbalance ratio), methods in the order of their mean ΔHard."""
     rows = comp[comp["profile"].str.startswith("longtail, ") & ~comp["profile"].str.contains(ONE_ORDER)
-                & (comp["reference"] == reference)].copy()
+                & (comp["reference"] == reference) & (head is None or comp["head"] == head)].copy()
     if rows.empty:
         return pd.DataFrame()
     rho = rows["setting"].str.extract(r"ρ=(\d+)", expand=False).astype(int)
@@ -210,16 +210,13 @@ def main() -> None:
     lines += mr2_cells_markdown(comp)
     lines += ["## Verdicts by training profile and head", "",
               counts_by_profile(comp).to_markdown(index=False), ""]
-    five = five_order_table(comp)
-    if len(five):
+    five = {head: five_order_table(comp, head=head) for head in ("linear", "cosine")}
+    if any(len(t) for t in five.values()):
         lines += ["## Long-tailed cells with several class orders: ΔHard against CE", "",
                   "Each cell's ΔHard and its verdict in its family (q_s); columns: dataset × encoder (F Fashion-MNIST, "
                   "M MNIST; E EfficientNet-Lite0, D DINOv2-S), head, imbalance ratio ρ; — where the cell did not "
                   "train the method; one table per head.", ""]
-        for head in ("lin", "cos"):
-            part = five.loc[:, five.columns.str.contains(f" {head} ")]
-            part = part[(part != "—").any(axis=1)]
-            lines += [part.reset_index().to_markdown(index=False), ""] if part.shape[1] else []
+        lines += [line for t in five.values() if len(t) for line in (t.reset_index().to_markdown(index=False), "")]
     hits = comp[comp["ΔHard_verdict_study"].isin(["better", "worse"]) & ~comp["family"].str.startswith("primary")]
     if len(hits):
         lines += ["## Secondary families: better or worse than the reference", "",

@@ -158,3 +158,4 @@ def test_five_order_table_pivots_the_several_order_long_tails_against_ce():
     assert table.loc["ldam", "M×D lin ρ=100"] == "+18.23 **better**"
     assert table.loc["ldam", "M×D cos ρ=10"] == "-12.95 **worse**"
     assert table.loc["mr2", "M×D cos ρ=10"] == "—" and table.loc["mr2", "M×D lin ρ=100"] == "-0.11 equiv."
+    assert list(study_verdicts.five_order_table(comp, head="cosine").index) == ["ldam"]
